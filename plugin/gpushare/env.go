@@ -1,0 +1,92 @@
+package gpushare
+
+import (
+	"strconv"
+	"strings"
+)
+
+// ContainerEnv is the environment our device plugin returns from Allocate for
+// one container (contract section 3).
+type ContainerEnv struct {
+	GPUIndex         int    // EnvGPUIndex and EnvVisibleDevices
+	PodUnits         uint64 // EnvPodUnits
+	ContainerUnits   uint64 // EnvContainerUnits
+	DevUnits         uint64 // EnvDevUnits
+	DisableIsolation bool   // EnvDisableIsolation="true" when set, absent otherwise
+}
+
+// Map returns the environment variables of e. NVIDIA_VISIBLE_DEVICES carries
+// the index, not the UUID: the index is what the annotations name, so the
+// runtime exposes exactly the GPU the scheduler charged.
+func (e ContainerEnv) Map() map[string]string {
+	idx := strconv.Itoa(e.GPUIndex)
+	m := map[string]string{
+		EnvVisibleDevices: idx,
+		EnvGPUIndex:       idx,
+		EnvPodUnits:       uintString(e.PodUnits),
+		EnvContainerUnits: uintString(e.ContainerUnits),
+		EnvDevUnits:       uintString(e.DevUnits),
+	}
+	if e.DisableIsolation {
+		m[EnvDisableIsolation] = LabelValueTrue
+	}
+	return m
+}
+
+// ParseContainerEnv reads a container's gpushare environment, e.g. from the
+// kubelet's checkpoint; other variables in env are ignored. The four
+// ALIYUN_COM_GPU_MEM_* variables and NVIDIA_VISIBLE_DEVICES are required, and
+// NVIDIA_VISIBLE_DEVICES must name the same GPU index. A GPU UUID there (the
+// old plugin's form before 2022) is accepted as it cannot be checked; any other
+// text, such as the old failure marker "no-gpu-has-...-to-run", is an
+// *EnvError (ErrInvalidEnv).
+func ParseContainerEnv(env map[string]string) (ContainerEnv, error) {
+	var e ContainerEnv
+	get := func(key string) (string, error) {
+		v, ok := env[key]
+		if !ok {
+			return "", &EnvError{Key: key, Reason: "is missing"}
+		}
+		return v, nil
+	}
+	raw, err := get(EnvGPUIndex)
+	if err != nil {
+		return ContainerEnv{}, err
+	}
+	idx, reason := parseGPUIndex(raw)
+	if reason != "" {
+		return ContainerEnv{}, &EnvError{Key: EnvGPUIndex, Value: raw, Reason: reason}
+	}
+	e.GPUIndex = idx
+	for _, f := range []struct {
+		key string
+		dst *uint64
+	}{{EnvPodUnits, &e.PodUnits}, {EnvContainerUnits, &e.ContainerUnits}, {EnvDevUnits, &e.DevUnits}} {
+		raw, err := get(f.key)
+		if err != nil {
+			return ContainerEnv{}, err
+		}
+		v, reason := parseUnits(raw)
+		if reason != "" {
+			return ContainerEnv{}, &EnvError{Key: f.key, Value: raw, Reason: reason}
+		}
+		*f.dst = v
+	}
+	vis, err := get(EnvVisibleDevices)
+	if err != nil {
+		return ContainerEnv{}, err
+	}
+	if !strings.HasPrefix(vis, "GPU-") {
+		if v, reason := parseGPUIndex(vis); reason != "" || v != idx {
+			return ContainerEnv{}, &EnvError{Key: EnvVisibleDevices, Value: vis, Reason: "does not name GPU index " + strconv.Itoa(idx)}
+		}
+	}
+	switch v, ok := env[EnvDisableIsolation]; {
+	case !ok || v == "false":
+	case v == LabelValueTrue:
+		e.DisableIsolation = true
+	default:
+		return ContainerEnv{}, &EnvError{Key: EnvDisableIsolation, Value: v, Reason: `is neither "true" nor "false"`}
+	}
+	return e, nil
+}

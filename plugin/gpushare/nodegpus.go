@@ -1,0 +1,127 @@
+package gpushare
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
+// NodeGPUs is the value of AnnotationNodeGPUs, written by our device plugin so
+// the extender and the inspector see each GPU's own size and health instead of
+// dividing the node total by the GPU count (wrong on mixed-size nodes).
+type NodeGPUs struct {
+	Unit      Unit      `json:"unit"`      // the unit every Units field is counted in
+	Simulated bool      `json:"simulated"` // true when the plugin runs on its simulated NVML backend
+	GPUs      []GPUInfo `json:"gpus"`      // sorted by Index
+}
+
+// GPUInfo describes one physical GPU.
+type GPUInfo struct {
+	Index   int    `json:"index"` // NVML index, also the value of NVIDIA_VISIBLE_DEVICES
+	UUID    string `json:"uuid"`
+	Model   string `json:"model"`
+	Units   uint64 `json:"units"` // memory in units, floor(MiB / unit)
+	Healthy bool   `json:"healthy"`
+	Reason  string `json:"reason"` // why the GPU is unhealthy; empty when healthy
+}
+
+// TotalUnits sums the units of all GPUs, healthy or not, as the node's
+// aliyun.com/gpu-mem capacity counts them.
+func (n NodeGPUs) TotalUnits() uint64 {
+	var total uint64
+	for _, g := range n.GPUs {
+		total += g.Units
+	}
+	return total
+}
+
+// GPU returns the GPU with the given index.
+func (n NodeGPUs) GPU(index int) (GPUInfo, bool) {
+	for _, g := range n.GPUs {
+		if g.Index == index {
+			return g, true
+		}
+	}
+	return GPUInfo{}, false
+}
+
+// Validate checks what DecodeNodeGPUs checks: a valid unit, at most
+// MaxGPUsPerNode GPUs, unique indices in [0, MaxGPUsPerNode), units in
+// [1, MaxUnits].
+func (n NodeGPUs) Validate() error {
+	if !n.Unit.Valid() {
+		return &NodeGPUsError{Field: "unit", Reason: (&UnitError{Value: n.Unit.String()}).Error()}
+	}
+	if len(n.GPUs) > MaxGPUsPerNode {
+		return &NodeGPUsError{Field: "gpus", Reason: strconv.Itoa(len(n.GPUs)) + " GPUs, more than " + strconv.Itoa(MaxGPUsPerNode)}
+	}
+	seen := map[int]bool{}
+	for i, g := range n.GPUs {
+		field := "gpus[" + strconv.Itoa(i) + "]"
+		if g.Index < 0 || g.Index >= MaxGPUsPerNode {
+			return &NodeGPUsError{Field: field + ".index", Reason: strconv.Itoa(g.Index) + " is outside [0, " + strconv.Itoa(MaxGPUsPerNode) + ")"}
+		}
+		if seen[g.Index] {
+			return &NodeGPUsError{Field: field + ".index", Reason: "index " + strconv.Itoa(g.Index) + " appears twice"}
+		}
+		seen[g.Index] = true
+		if g.Units == 0 || g.Units > MaxUnits {
+			return &NodeGPUsError{Field: field + ".units", Reason: uintString(g.Units) + " is outside [1, " + uintString(MaxUnits) + "]"}
+		}
+	}
+	return nil
+}
+
+// EncodeNodeGPUs validates n and writes it as JSON with GPUs sorted by index,
+// so an unchanged node never gets a spurious PATCH. It does not modify n.
+func EncodeNodeGPUs(n NodeGPUs) (string, error) {
+	if err := n.Validate(); err != nil {
+		return "", err
+	}
+	n.GPUs = sortedGPUs(n.GPUs)
+	b, err := json.Marshal(n)
+	if err != nil {
+		// Unreachable for a validated value; kept typed all the same.
+		return "", &NodeGPUsError{Reason: err.Error()}
+	}
+	return string(b), nil
+}
+
+// DecodeNodeGPUs reads and validates a node GPU description; GPUs come back
+// sorted by index and never nil. Unknown fields are ignored so an older reader
+// accepts a newer plugin's additions. Failures are a *NodeGPUsError
+// (ErrInvalidNodeGPUs).
+func DecodeNodeGPUs(s string) (NodeGPUs, error) {
+	// Decode the unit as text first, so a bad unit reports as a field error.
+	var raw struct {
+		Unit      *string   `json:"unit"`
+		Simulated bool      `json:"simulated"`
+		GPUs      []GPUInfo `json:"gpus"`
+	}
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return NodeGPUs{}, &NodeGPUsError{Reason: "not valid JSON: " + err.Error()}
+	}
+	if raw.Unit == nil {
+		return NodeGPUs{}, &NodeGPUsError{Field: "unit", Reason: "missing"}
+	}
+	unit, err := ParseUnit(*raw.Unit)
+	if err != nil {
+		return NodeGPUs{}, &NodeGPUsError{Field: "unit", Reason: err.Error()}
+	}
+	n := NodeGPUs{Unit: unit, Simulated: raw.Simulated, GPUs: raw.GPUs}
+	if err := n.Validate(); err != nil {
+		return NodeGPUs{}, err
+	}
+	n.GPUs = sortedGPUs(n.GPUs)
+	return n, nil
+}
+
+// sortedGPUs returns a sorted, non-nil copy, leaving the caller's slice alone.
+func sortedGPUs(gpus []GPUInfo) []GPUInfo {
+	out := slices.Clone(gpus)
+	if out == nil {
+		out = []GPUInfo{}
+	}
+	slices.SortFunc(out, func(a, b GPUInfo) int { return a.Index - b.Index })
+	return out
+}
