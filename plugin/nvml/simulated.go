@@ -1,0 +1,239 @@
+package nvml
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"go.uber.org/zap"
+)
+
+// simulatedEventQueue is how many injected events may wait for a watcher;
+// injections beyond it fail rather than block the injector.
+const simulatedEventQueue = 64
+
+// XidInjector is implemented only by simulated backends: tests and the
+// end-to-end "inject an Xid" hook use it to make a GPU fail. Callers reach it
+// with a type assertion on a Library, which fails for the real backend.
+type XidInjector interface {
+	// InjectXid raises a critical-Xid event on the GPU with NVML index index.
+	InjectXid(index int, xid uint64) error
+}
+
+// machine is one simulated node a backend string can name.
+type machine struct {
+	name  string
+	build func() (*server.Server, error)
+}
+
+// simulatedMachines lists the simulated nodes, built afresh on each call so
+// the list cannot be changed by anyone.
+func simulatedMachines() []machine {
+	plain := func(f func() *server.Server) func() (*server.Server, error) {
+		return func() (*server.Server, error) { return f(), nil }
+	}
+	return []machine{
+		{name: "dgxa100", build: plain(dgxa100.New)}, // 8× A100-SXM4 40GB
+		{name: "dgxh100", build: plain(dgxh100.New)}, // 8× H100 80GB
+		{name: "dgxh200", build: plain(dgxh200.New)}, // 8× H200 141GB
+		{name: "dgxb200", build: plain(dgxb200.New)}, // 8× B200 180GB
+		{name: "mixed", build: newMixedMachine},
+	}
+}
+
+// newMixedMachine builds a node with GPUs of different sizes (indices 0-1:
+// H100 80GB, 2-3: A100 PCIe 40GB), so placement across unequal GPUs can be
+// tested; no DGX mock has one.
+func newMixedMachine() (*server.Server, error) {
+	return server.New(
+		server.WithGPUs(gpus.H100_SXM5_80GB, gpus.H100_SXM5_80GB, gpus.A100_PCIE_40GB, gpus.A100_PCIE_40GB),
+		server.WithDriverVersion("550.54.15"),
+		server.WithNVMLVersion("12.550.54.15"),
+		server.WithCUDADriverVersion(12040),
+	)
+}
+
+// Simulator is a Library over one of go-nvml's mock machines, plus event
+// injection. Its GPU UUIDs are random per Simulator, as the mocks make them.
+type Simulator struct {
+	*library
+	server *server.Server
+	// queue carries injected events to whichever watcher waits next; with
+	// several watchers each event reaches only one of them.
+	queue chan nvml.EventData
+}
+
+var (
+	_ Library     = (*Simulator)(nil)
+	_ XidInjector = (*Simulator)(nil)
+)
+
+// NewSimulator builds the simulated backend named by backend, one of the
+// "simulated:*" strings Backends lists.
+func NewSimulator(logger *zap.Logger, backend string) (*Simulator, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	name, ok := strings.CutPrefix(backend, simulatedPrefix)
+	if !ok {
+		return nil, unknownBackend(backend)
+	}
+	for _, m := range simulatedMachines() {
+		if m.name != name {
+			continue
+		}
+		srv, err := m.build()
+		if err != nil {
+			return nil, fmt.Errorf("build simulated machine %s: %w", name, err)
+		}
+		return newSimulatorFromServer(logger, backend, srv)
+	}
+	return nil, unknownBackend(backend)
+}
+
+// newSimulatorFromServer completes a mock machine with what the go-nvml mocks
+// leave out (events, PCI bus IDs) and initialises it as the real library is.
+func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Server) (*Simulator, error) {
+	s := &Simulator{server: srv, queue: make(chan nvml.EventData, simulatedEventQueue)}
+	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return newSimEventSet(s.queue), nvml.SUCCESS
+	}
+	for _, d := range srv.Devices {
+		dev, ok := d.(*server.Device)
+		if !ok {
+			return nil, fmt.Errorf("build simulated machine: unexpected device type %T", d)
+		}
+		completeSimDevice(dev)
+	}
+	l, err := openLibrary(logger, backend, srv, true)
+	if err != nil {
+		return nil, fmt.Errorf("simulated machine %s: %w", backend, err)
+	}
+	s.library = l
+	return s, nil
+}
+
+// completeSimDevice adds event support and a PCI bus ID to a mock GPU: the
+// mocks panic on event calls and report an empty bus ID.
+func completeSimDevice(dev *server.Device) {
+	dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
+		return nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError, nvml.SUCCESS
+	}
+	dev.RegisterEventsFunc = func(mask uint64, set nvml.EventSet) nvml.Return {
+		s, ok := set.(*simEventSet)
+		if !ok {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		s.register(dev, mask)
+		return nvml.SUCCESS
+	}
+	pciInfo := dev.GetPciInfoFunc
+	busID := dev.PciBusID
+	dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+		p, ret := pciInfo()
+		if ret != nvml.SUCCESS {
+			return p, ret
+		}
+		for i := range p.BusId {
+			p.BusId[i] = 0
+		}
+		for i := 0; i < len(busID) && i < len(p.BusId)-1; i++ {
+			p.BusId[i] = int8(busID[i])
+		}
+		return p, nvml.SUCCESS
+	}
+}
+
+// InjectXid implements XidInjector. The event waits in a queue until a
+// health watcher takes it, so an Xid injected before WatchHealth has
+// registered the GPUs is not lost.
+func (s *Simulator) InjectXid(index int, xid uint64) error {
+	if err := s.inject(index, nvml.EventTypeXidCriticalError, xid); err != nil {
+		return fmt.Errorf("inject Xid %d on simulated GPU %d: %w", xid, index, err)
+	}
+	s.log.Info("injected simulated Xid", zap.Int("index", index), zap.Uint64("xid", xid))
+	return nil
+}
+
+// inject queues one NVML event for the GPU at index.
+func (s *Simulator) inject(index int, eventType, data uint64) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.calls.Done()
+	if index < 0 || index >= len(s.server.Devices) {
+		return fmt.Errorf("no GPU with index %d (the machine has %d)", index, len(s.server.Devices))
+	}
+	ev := nvml.EventData{
+		Device:            s.server.Devices[index],
+		EventType:         eventType,
+		EventData:         data,
+		GpuInstanceId:     ^uint32(0),
+		ComputeInstanceId: ^uint32(0),
+	}
+	select {
+	case s.queue <- ev:
+		return nil
+	default:
+		return fmt.Errorf("event queue full (%d events wait for a health watcher)", cap(s.queue))
+	}
+}
+
+// simEventSet is a go-nvml mock EventSet whose Wait reads injected events.
+type simEventSet struct {
+	mock.EventSet
+	queue <-chan nvml.EventData
+
+	mu sync.Mutex
+	// masks holds the event types each GPU registered, as NVML filters by them.
+	masks map[nvml.Device]uint64
+}
+
+// newSimEventSet makes an event set fed by queue.
+func newSimEventSet(queue <-chan nvml.EventData) *simEventSet {
+	s := &simEventSet{queue: queue, masks: make(map[nvml.Device]uint64)}
+	s.WaitFunc = s.wait
+	s.FreeFunc = func() nvml.Return { return nvml.SUCCESS }
+	return s
+}
+
+// register records that dev wants the event types in mask.
+func (s *simEventSet) register(dev nvml.Device, mask uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.masks[dev] |= mask
+}
+
+// wants reports whether ev matches a registration, as NVML delivers only those.
+func (s *simEventSet) wants(ev nvml.EventData) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.masks[ev.Device]&ev.EventType != 0
+}
+
+// wait behaves as nvmlEventSetWait: an event, or ERROR_TIMEOUT after timeoutMs.
+// Events for unregistered GPUs or types are consumed and dropped, as NVML
+// would never have raised them on this set.
+func (s *simEventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-s.queue:
+			if s.wants(ev) {
+				return ev, nvml.SUCCESS
+			}
+		case <-t.C:
+			return nvml.EventData{}, nvml.ERROR_TIMEOUT
+		}
+	}
+}
