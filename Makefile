@@ -1,0 +1,51 @@
+# gpushare: every target prints what it does; `make` alone lists them.
+GO         ?= go
+FUZZTIME   ?= 3s
+E2E_TIMEOUT ?= 30m
+export GOTOOLCHAIN := local
+
+.DEFAULT_GOAL := help
+.PHONY: help build test fuzz e2e check demo bench lint fmt verify clean
+
+help: ## List the targets (default)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Compile every package and the programs into bin/
+	$(GO) build ./...
+	@if [ -n "$$(ls cmd 2>/dev/null)" ]; then mkdir -p bin && $(GO) build -o bin/ ./cmd/...; fi
+
+test: ## Unit and component tests with the race detector, then every fuzz target briefly
+	$(GO) test -race -count=1 ./...
+	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
+
+fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m)
+	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
+
+e2e: ## End-to-end tests on a real local cluster (builds the test bed first, cached)
+	bash test/bed/build.sh
+	$(GO) test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./test/...
+
+check: test e2e ## All tests: what CI runs
+
+demo: ## Start a local cluster with hollow GPU nodes and print how to use it (Ctrl-C stops)
+	$(GO) run ./test/localcluster
+
+bench: ## Benchmarks of every package (benchstat-compatible output)
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+
+lint: ## go vet on both modules' own code
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/...
+
+fmt: ## gofmt every Go file
+	gofmt -w $$(git ls-files '*.go')
+
+verify: ## Fail on gofmt drift, go vet findings or go mod tidy drift
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt drift:"; echo "$$out"; exit 1; fi
+	$(MAKE) --no-print-directory lint
+	$(GO) mod tidy -diff
+	cd test/bed && GOWORK=off $(GO) mod tidy -diff
+
+clean: ## Remove bin/ and the test cache (the test bed's binary cache stays: see test/bed/build.sh)
+	rm -rf bin
+	$(GO) clean -testcache

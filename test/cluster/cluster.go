@@ -1,0 +1,305 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Config says what to start. The zero value starts etcd, the apiserver and a scheduler without
+// extenders in a new temporary directory.
+type Config struct {
+	// BinDir holds the bed's binaries; empty means Binaries().
+	BinDir string
+	// Dir keeps all state and logs; empty means a new temporary directory, removed by Stop.
+	Dir string
+	// NoScheduler starts no kube-scheduler (StartScheduler can start one later).
+	NoScheduler bool
+	// Scheduler configures the kube-scheduler.
+	Scheduler SchedulerConfig
+	// ReadyTimeout bounds each component's start; zero means 60 seconds.
+	ReadyTimeout time.Duration
+}
+
+// Cluster is a running control plane with its hollow kubelets.
+type Cluster struct {
+	dir      string
+	ownDir   bool
+	bin      string
+	pki      *pki
+	timeout  time.Duration
+	apiPort  int
+	etcd     *process
+	api      *process
+	admin    string // admin kubeconfig path
+	restCfg  *rest.Config
+	client   kubernetes.Interface
+	apiProbe *http.Client
+
+	mu        sync.Mutex
+	scheduler *process
+	schedPort int
+	kubelets  map[string]*Kubelet
+	stopped   bool
+}
+
+// Start brings up etcd, kube-apiserver and (unless cfg.NoScheduler) kube-scheduler, each polled
+// until ready. On error everything already started is stopped.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	bin := cfg.BinDir
+	if bin == "" {
+		if bin, err = Binaries(); err != nil {
+			return nil, err
+		}
+	}
+	c = &Cluster{bin: bin, dir: cfg.Dir, timeout: cfg.ReadyTimeout, kubelets: map[string]*Kubelet{}}
+	if c.timeout == 0 {
+		c.timeout = 60 * time.Second
+	}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "gpushare-cluster-"); err != nil {
+			return nil, err
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.pki, err = newPKI(filepath.Join(c.dir, "pki")); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	if err = c.startEtcd(ctx, ports[0], ports[1]); err != nil {
+		return nil, err
+	}
+	c.apiPort = ports[2]
+	if err = c.startAPIServer(ctx, ports[0]); err != nil {
+		return nil, err
+	}
+	if !cfg.NoScheduler {
+		if err = c.StartScheduler(ctx, cfg.Scheduler); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) startEtcd(ctx context.Context, clientPort, peerPort int) error {
+	client := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	c.etcd = newProcess("etcd", filepath.Join(c.bin, "etcd"), filepath.Join(c.dir, "etcd.log"), []string{
+		"--name=bed", "--data-dir=" + filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=bed=" + peer,
+		"--quota-backend-bytes=2147483648", "--log-level=warn",
+		"--unsafe-no-fsync", // test data only: fsync dominates etcd latency on a shared disk
+	})
+	if err := c.etcd.start(); err != nil {
+		return err
+	}
+	return waitUntil(ctx, c.timeout, "etcd", c.etcd, func(ctx context.Context) (bool, error) {
+		return httpOK(ctx, http.DefaultClient, client+"/health")
+	})
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, etcdPort int) error {
+	serving, err := c.pki.issueServing("apiserver", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+	if err != nil {
+		return err
+	}
+	if c.admin, err = c.Kubeconfig("admin", "admin", "system:masters"); err != nil {
+		return err
+	}
+	c.api = newProcess("kube-apiserver", filepath.Join(c.bin, "kube-apiserver"), filepath.Join(c.dir, "kube-apiserver.log"), []string{
+		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(etcdPort),
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(c.apiPort),
+		// A loopback advertise address is refused unless no endpoint reconciler runs.
+		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+		"--tls-cert-file=" + serving.Cert, "--tls-private-key-file=" + serving.Key,
+		"--client-ca-file=" + c.pki.CAFile(),
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + c.pki.saPubFile(), "--service-account-signing-key-file=" + c.pki.saKeyFile(),
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=Node,RBAC",
+		// No controller-manager runs: ServiceAccount admission would wait for token controllers and
+		// TaintNodesByCondition would leave every new Node tainted not-ready forever.
+		"--enable-admission-plugins=NodeRestriction",
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+		"--allow-privileged=true",
+	})
+	if err := c.api.start(); err != nil {
+		return err
+	}
+	if c.restCfg, err = clientcmd.BuildConfigFromFlags("", c.admin); err != nil {
+		return err
+	}
+	// Tests create thousands of objects; client-go's default 5 QPS would make that the bottleneck.
+	c.restCfg.QPS, c.restCfg.Burst = 1000, 2000
+	if c.client, err = kubernetes.NewForConfig(c.restCfg); err != nil {
+		return err
+	}
+	probe, err := rest.HTTPClientFor(c.restCfg)
+	if err != nil {
+		return err
+	}
+	c.apiProbe = probe
+	return c.waitAPIServer(ctx)
+}
+
+func (c *Cluster) waitAPIServer(ctx context.Context) error {
+	return waitUntil(ctx, c.timeout, "kube-apiserver", c.api, func(ctx context.Context) (bool, error) {
+		return httpOK(ctx, c.apiProbe, c.APIServerURL()+"/readyz")
+	})
+}
+
+// RestartAPIServer stops the apiserver and starts it again with the same flags and data.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	c.api.stop(10 * time.Second)
+	if err := c.api.start(); err != nil {
+		return err
+	}
+	return c.waitAPIServer(ctx)
+}
+
+// Kubeconfig writes a kubeconfig for a client-certificate identity (CN=user, O=groups) and
+// returns its path. name must be unique within the cluster.
+func (c *Cluster) Kubeconfig(name, user string, groups ...string) (string, error) {
+	pair, err := c.pki.issueClient(name, user, groups...)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.dir, name+".kubeconfig")
+	cfg := clientcmdapi.Config{
+		Clusters: map[string]*clientcmdapi.Cluster{"bed": {
+			Server: c.APIServerURL(), CertificateAuthority: c.pki.CAFile(),
+		}},
+		AuthInfos: map[string]*clientcmdapi.AuthInfo{name: {
+			ClientCertificate: pair.Cert, ClientKey: pair.Key,
+		}},
+		Contexts:       map[string]*clientcmdapi.Context{"bed": {Cluster: "bed", AuthInfo: name}},
+		CurrentContext: "bed",
+	}
+	if err := clientcmd.WriteToFile(cfg, path); err != nil {
+		return "", fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// ServingCert issues a certificate for a server on loopback (an extender with HTTPS, say), signed
+// by the cluster CA; it returns the certificate, key and CA file paths.
+func (c *Cluster) ServingCert(name string) (cert, key, ca string, err error) {
+	pair, err := c.pki.issueServing(name)
+	return pair.Cert, pair.Key, c.pki.CAFile(), err
+}
+
+// Dir is the directory holding the cluster's state and logs.
+func (c *Cluster) Dir() string { return c.dir }
+
+// APIServerURL is the apiserver's https URL.
+func (c *Cluster) APIServerURL() string { return "https://127.0.0.1:" + strconv.Itoa(c.apiPort) }
+
+// AdminKubeconfig is the path of a kubeconfig with cluster-admin (system:masters) rights.
+func (c *Cluster) AdminKubeconfig() string { return c.admin }
+
+// RESTConfig returns a copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restCfg) }
+
+// Client is an admin clientset.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// Stop stops every component (kubelets first, etcd last) and removes the directory when Start
+// created it. It is safe to call more than once.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
+	c.stopped = true
+	kubelets := make([]*Kubelet, 0, len(c.kubelets))
+	for _, k := range c.kubelets {
+		kubelets = append(kubelets, k)
+	}
+	sched := c.scheduler
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, k := range kubelets {
+		wg.Go(func() {
+			k.proc.stop(5 * time.Second)
+			k.runtime.stop(5 * time.Second)
+		})
+	}
+	wg.Wait()
+	for _, p := range []*process{sched, c.api, c.etcd} {
+		if p != nil {
+			p.stop(10 * time.Second)
+		}
+	}
+	if c.ownDir {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// Logs returns the last n lines of every component's log, each under a header.
+func (c *Cluster) Logs(n int) string {
+	var b strings.Builder
+	for _, p := range c.processes() {
+		fmt.Fprintf(&b, "---- %s (%s), last %d lines\n%s\n", p.name, p.logPath, n, p.logTail(n))
+	}
+	return b.String()
+}
+
+func (c *Cluster) processes() []*process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ps []*process
+	for _, p := range []*process{c.etcd, c.api, c.scheduler} {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	names := make([]string, 0, len(c.kubelets))
+	for name := range c.kubelets {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ps = append(ps, c.kubelets[name].proc, c.kubelets[name].runtime)
+	}
+	return ps
+}
+
+func httpOK(ctx context.Context, client *http.Client, url string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, errors.New(resp.Status)
+	}
+	return true, nil
+}

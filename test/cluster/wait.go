@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+)
+
+// pollInterval is short because every wait here is for a local process a few milliseconds away.
+const pollInterval = 50 * time.Millisecond
+
+// waitUntil polls ready until it reports true, the context ends, timeout passes, or proc (if not
+// nil) exits. The last error from ready is part of the failure, so a timeout says why.
+func waitUntil(ctx context.Context, timeout time.Duration, what string, proc *process, ready func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var exited <-chan struct{}
+	if proc != nil {
+		exited = proc.exited()
+	}
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		ok, err := ready(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s (last error: %v)", what, timeout, last)
+		case <-exited:
+			return fmt.Errorf("%s: %w: %v", what, errExited, proc.exitErr())
+		case <-tick.C:
+		}
+	}
+}
+
+// freePort asks the kernel for an unused loopback port. Another process could take it before the
+// component binds it; then the component fails fast and its log says so.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePorts returns n distinct free ports, holding each until all are chosen.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// socketAnswers tells whether something accepts connections on a unix socket (a stale socket file
+// left by a dead process does not).
+func socketAnswers(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
