@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/manager"
+	"github.com/gpushare/gpushare/plugin/nvml"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// options are the command's flags.
+type options struct {
+	backend      string
+	unit         gpushare.Unit
+	dir          string
+	kubeconfig   string
+	healthCheck  bool
+	quiet        time.Duration
+	allocateWait time.Duration
+	logLevel     zapcore.Level
+	node         string
+}
+
+// parse reads flags and the environment; errors are usage errors.
+func parse(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	o := options{unit: gpushare.GiB, logLevel: zapcore.InfoLevel}
+	fs := flag.NewFlagSet("gpushare-device-plugin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.backend, "gpu-backend", nvml.BackendNVML, "GPU backend: "+strings.Join(nvml.Backends(), ", ")+" (simulated ones are for tests and demos)")
+	fs.TextVar(&o.unit, "memory-unit", gpushare.GiB, "size of one aliyun.com/gpu-mem unit: GiB, MiB or <n>MiB where n divides 1024 (e.g. 256MiB)")
+	fs.StringVar(&o.dir, "device-plugin-dir", gpushare.DevicePluginDir, "the kubelet's device-plugin directory")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
+	fs.BoolVar(&o.healthCheck, "health-check", true, "watch NVML for critical Xid and ECC errors and mark the GPU unhealthy")
+	fs.DurationVar(&o.quiet, "health-quiet-period", manager.DefaultHealthQuietPeriod, "how long a GPU must go without a health event to be healthy again")
+	fs.DurationVar(&o.allocateWait, "allocate-wait", manager.DefaultAllocateWait, "how long Allocate waits for its pod to reach the plugin's watch")
+	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	o.node = getenv(gpushare.EnvNodeName)
+	if o.node == "" {
+		return o, errors.New(gpushare.EnvNodeName + " is not set: give the plugin its node name (fieldRef spec.nodeName in the DaemonSet)")
+	}
+	if o.quiet <= 0 || o.allocateWait <= 0 {
+		return o, errors.New("--health-quiet-period and --allocate-wait must be positive")
+	}
+	return o, nil
+}
+
+// run is main without the exit, so it can be tested.
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	o, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpushare-device-plugin:", err)
+		return 2
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(o.logLevel)
+	logger, err := cfg.Build()
+	if err != nil {
+		fmt.Fprintln(stderr, "gpushare-device-plugin: build logger:", err)
+		return 1
+	}
+	defer logger.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	klog.SetLogger(newKlogSink(logger.Named("client-go")))
+
+	if err := serve(o, logger); err != nil {
+		logger.Error("device plugin failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// serve builds the pieces and runs the manager until SIGTERM or SIGINT.
+func serve(o options, logger *zap.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	restart := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				select {
+				case restart <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var rc *rest.Config
+	var err error
+	if o.kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	}
+	if err != nil {
+		return fmt.Errorf("API client configuration: %w", err)
+	}
+	rc.UserAgent = "gpushare-device-plugin"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	lib, err := nvml.New(logger, o.backend)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := lib.Shutdown(); err != nil {
+			logger.Warn("shut down NVML", zap.Error(err))
+		}
+	}()
+	m, err := manager.New(manager.Config{
+		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir,
+		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
+		Restart: restart, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("starting", zap.String("node", o.node), zap.String("backend", o.backend), zap.Stringer("unit", o.unit), zap.String("dir", o.dir))
+	err = m.Run(ctx)
+	logger.Info("stopped")
+	return err
+}

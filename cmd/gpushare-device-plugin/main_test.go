@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestParse(t *testing.T) {
+	node := env(map[string]string{"NODE_NAME": "n1"})
+	o, err := parse(nil, node, &bytes.Buffer{})
+	if err != nil || o.backend != "nvml" || o.unit != gpushare.GiB || o.dir != "/var/lib/kubelet/device-plugins" ||
+		!o.healthCheck || o.quiet != 5*time.Minute || o.node != "n1" || o.kubeconfig != "" {
+		t.Errorf("defaults = %+v, %v", o, err)
+	}
+	o, err = parse([]string{"--memory-unit=256MiB", "--gpu-backend=simulated:dgxh200", "--health-check=false",
+		"--health-quiet-period=30s", "--device-plugin-dir=/tmp/dp", "--log-level=debug"}, node, &bytes.Buffer{})
+	if err != nil || o.unit != 256 || o.backend != "simulated:dgxh200" || o.healthCheck || o.quiet != 30*time.Second || o.dir != "/tmp/dp" {
+		t.Errorf("flags = %+v, %v", o, err)
+	}
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, nil, "NODE_NAME is not set"},
+		{[]string{"--memory-unit=3MiB"}, map[string]string{"NODE_NAME": "n"}, "divides 1024"},
+		{[]string{"--health-quiet-period=0s"}, map[string]string{"NODE_NAME": "n"}, "must be positive"},
+		{[]string{"extra"}, map[string]string{"NODE_NAME": "n"}, "unexpected arguments"},
+		{[]string{"--log-level=loud"}, map[string]string{"NODE_NAME": "n"}, "loud"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parse(tt.args, env(tt.env), &stderr)
+		if err == nil || !strings.Contains(err.Error()+stderr.String(), tt.want) {
+			t.Errorf("parse(%v) = %v (%s); want an error mentioning %q", tt.args, err, stderr.String(), tt.want)
+		}
+	}
+}
+
+func TestRunUsageErrorsExitTwo(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := run([]string{"--memory-unit=7MiB"}, env(map[string]string{"NODE_NAME": "n"}), &stderr); code != 2 {
+		t.Errorf("exit %d; want 2 (%s)", code, stderr.String())
+	}
+	if code := run([]string{"-h"}, env(nil), &stderr); code != 0 {
+		t.Errorf("-h exit %d; want 0", code)
+	}
+}
+
+// A missing kubeconfig fails the command with exit status 1 before anything starts.
+func TestRunFailsWithoutKubeconfig(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run([]string{"--kubeconfig=/nonexistent", "--gpu-backend=simulated:dgxa100", "--log-level=error"}, env(map[string]string{"NODE_NAME": "n"}), &stderr)
+	if code != 1 {
+		t.Errorf("exit %d; want 1", code)
+	}
+}

@@ -1,0 +1,19 @@
+// Package allocate decides, without any I/O, which container a kubelet
+// Allocate call is for and what environment it gets, and computes the
+// annotations the plugin writes back on the pod.
+//
+// The kubelet's call carries only device IDs, and the kubelet picks those
+// among the free ones itself, so their number (the container's units) is the
+// only information in it. Match applies the plugin's rule of the race-free
+// argument (docs/design.md, "Race-free Allocate", rule 3): among the node's
+// in-flight pods, the not-yet-served containers of exactly that many units,
+// ordered by assume time, then init containers before regular ones in spec
+// order; the first one gets its environment. Together with the extender's
+// rule (equal sizes among in-flight pods have equal signatures) whichever of
+// them the kubelet is really serving gets exactly the GPU and limits its own
+// pod's annotations name. When the candidates' signatures differ (the
+// extender's rule was not followed, e.g. an old extender), Match still answers
+// as the old gpushare did but reports the conflict so the caller can warn.
+//
+// Every ambiguity rule lives here and is table-tested.
+package allocate
