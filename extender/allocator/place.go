@@ -1,0 +1,331 @@
+package allocator
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// Reasons shared with the seed extender (contract section 4), kept verbatim
+// because operators and tools match on them.
+const (
+	// ReasonInsufficient is the seed's reason when no single GPU has room.
+	ReasonInsufficient = "Insufficient GPU Memory in one device"
+	notGPUShareFormat  = "The node %s is not for GPU share, need skip"
+)
+
+// Unfit says why a pod does not fit a node.
+type Unfit struct {
+	Reason string
+	// Unresolvable is true when evicting pods cannot help (the node has no
+	// sharing GPUs, or the pod is bigger than any of its GPUs), so the
+	// scheduler should not try preemption for it.
+	Unresolvable bool
+}
+
+// Error returns the reason, so an Unfit can travel as an error.
+func (u *Unfit) Error() string { return u.Reason }
+
+// NotGPUShareReason is the seed's reason for a node without gpu-mem.
+func NotGPUShareReason(node string) string { return fmt.Sprintf(notGPUShareFormat, node) }
+
+// constraint is what the hold-back rule leaves open for containers of one size.
+type constraint struct {
+	gpu     int    // the only GPU allowed, or -1 for any
+	blocked string // non-empty: no GPU is allowed; names the pod waited for
+}
+
+func (c constraint) allows(g int) bool { return c.blocked == "" && (c.gpu < 0 || c.gpu == g) }
+
+// constraints evaluates the hold-back rule for every container size of r:
+// an in-flight container of the same size forces the same GPU, and forbids
+// the node outright when its pod's total differs (the plugin would hand out a
+// different ALIYUN_COM_GPU_MEM_POD) or when two in-flight containers of that
+// size already sit on different GPUs.
+func constraints(n *Node, r Request) map[uint64]constraint {
+	if len(n.InFlight) == 0 {
+		return nil
+	}
+	out := map[uint64]constraint{}
+	for _, c := range r.Containers {
+		if _, done := out[c.Units]; done {
+			continue
+		}
+		k := constraint{gpu: -1}
+		for _, p := range n.InFlight {
+			for _, s := range p.Slots {
+				if s.Units != c.Units || k.blocked != "" {
+					continue
+				}
+				switch {
+				case p.PodUnits != r.Units:
+					k.blocked = fmt.Sprintf("waiting for pod %s (a %d-unit container of a %d-unit pod, not yet allocated by the device plugin)", p.Pod, s.Units, p.PodUnits)
+				case k.gpu >= 0 && k.gpu != s.GPU:
+					k.blocked = fmt.Sprintf("waiting for pod %s (%d-unit containers in flight on GPUs %d and %d)", p.Pod, s.Units, k.gpu, s.GPU)
+				default:
+					k.gpu = s.GPU
+				}
+			}
+		}
+		out[c.Units] = k
+	}
+	return out
+}
+
+// better reports whether free a beats free b under policy (ties: caller keeps the lower index).
+func (p Policy) better(a, b uint64) bool {
+	if p == Spread {
+		return a > b
+	}
+	return a < b
+}
+
+// Place decides where r goes on n. It never returns a placement that puts
+// more on a GPU than its free units, nor one on an unhealthy GPU.
+func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
+	if !n.GPUShare || len(n.GPUs) == 0 {
+		return Placement{}, &Unfit{Reason: NotGPUShareReason(n.Name), Unresolvable: true}
+	}
+	if r.Units == 0 {
+		return Placement{}, &Unfit{Reason: "pod " + r.Pod + " requests no gpu-mem", Unresolvable: true}
+	}
+	var largest, healthyTotal uint64
+	healthy := 0
+	for _, g := range n.GPUs {
+		if g.Healthy {
+			healthy++
+			largest = max(largest, g.Units)
+			healthyTotal += g.Units
+		}
+	}
+	if healthy == 0 {
+		return Placement{}, &Unfit{Reason: "node " + n.Name + " has no healthy GPU", Unresolvable: true}
+	}
+	cons := constraints(n, r)
+	// Whole pod on one GPU.
+	best, fitting := -1, false
+	var heldBy string
+	for i, g := range n.GPUs {
+		if !g.Healthy || g.Free() < r.Units {
+			continue
+		}
+		fitting = true
+		if why := blockedOn(cons, r, g.Index); why != "" {
+			heldBy = why
+			continue
+		}
+		if best < 0 || policy.better(g.Free(), n.GPUs[best].Free()) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		g := n.GPUs[best]
+		return Placement{Home: g.Index, DevUnits: g.Units}, nil
+	}
+	if fitting {
+		return Placement{}, &Unfit{Reason: heldBy}
+	}
+	if r.regular() < 2 {
+		if r.Units > largest {
+			return Placement{}, &Unfit{Reason: tooBig(n, r.Units, largest), Unresolvable: true}
+		}
+		return Placement{}, &Unfit{Reason: ReasonInsufficient}
+	}
+	return split(n, r, policy, cons, largest, healthyTotal)
+}
+
+// blockedOn returns why the hold-back rule forbids putting all of r's
+// containers on GPU g; empty when allowed.
+func blockedOn(cons map[uint64]constraint, r Request, g int) string {
+	for _, c := range r.Containers {
+		if k, ok := cons[c.Units]; ok && !k.allows(g) {
+			if k.blocked != "" {
+				return k.blocked
+			}
+			return fmt.Sprintf("waiting for an in-flight %d-unit container on GPU %d of this node to be allocated by the device plugin", c.Units, k.gpu)
+		}
+	}
+	return ""
+}
+
+// tooBig is the reason for a request no GPU of n can hold even when empty.
+func tooBig(n *Node, units, largest uint64) string {
+	return "pod requests " + strconv.FormatUint(units, 10) + " units of GPU memory on one GPU, more than the largest healthy GPU of node " +
+		n.Name + " has (" + strconv.FormatUint(largest, 10) + ")"
+}
+
+// split places each regular container of r on its own choice of GPU, init
+// and sidecar containers on a home GPU, greedily from the largest container.
+func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, largest, healthyTotal uint64) (Placement, *Unfit) {
+	var initPeak, sidecars, biggest uint64
+	var inits []int // indices into r.Containers of init containers, all on the home GPU
+	regular := make([]int, 0, len(r.Containers))
+	for i, c := range r.Containers {
+		if c.Init {
+			inits = append(inits, i)
+			continue
+		}
+		regular = append(regular, i)
+		biggest = max(biggest, c.Units)
+	}
+	if len(inits) > 0 {
+		sub := make([]gpushare.ContainerRequest, 0, len(inits))
+		for _, i := range inits {
+			sub = append(sub, r.Containers[i])
+			if r.Containers[i].Sidecar {
+				sidecars += r.Containers[i].Units
+			}
+		}
+		initPeak = gpushare.PodUnits(sub)
+	}
+	if biggest > largest || initPeak > largest {
+		return Placement{}, &Unfit{Reason: tooBig(n, max(biggest, initPeak), largest), Unresolvable: true}
+	}
+	if r.Units > healthyTotal {
+		return Placement{}, &Unfit{Reason: "pod requests " + strconv.FormatUint(r.Units, 10) +
+			" units of GPU memory, more than all healthy GPUs of node " + n.Name + " have together", Unresolvable: true}
+	}
+	// Largest container first, spec order on ties, so the result is deterministic.
+	slices.SortStableFunc(regular, func(a, b int) int {
+		ua, ub := r.Containers[a].Units, r.Containers[b].Units
+		switch {
+		case ua > ub:
+			return -1
+		case ua < ub:
+			return 1
+		}
+		return r.Containers[a].Index - r.Containers[b].Index
+	})
+	homes := []int{-1}
+	if len(inits) > 0 {
+		homes = homes[:0]
+		for i, g := range n.GPUs {
+			if g.Healthy && g.Free() >= max(initPeak, sidecars) {
+				homes = append(homes, i)
+			}
+		}
+		// Try homes in policy order so the init containers land where the policy wants.
+		slices.SortStableFunc(homes, func(a, b int) int {
+			fa, fb := n.GPUs[a].Free(), n.GPUs[b].Free()
+			switch {
+			case policy.better(fa, fb):
+				return -1
+			case policy.better(fb, fa):
+				return 1
+			}
+			return 0
+		})
+	}
+	var heldBy string
+	for _, h := range homes {
+		home := -1
+		if h >= 0 {
+			home = n.GPUs[h].Index
+			if why := blockedInit(cons, r, inits, home); why != "" {
+				heldBy = why
+				continue
+			}
+		}
+		remaining := make([]uint64, len(n.GPUs))
+		for i, g := range n.GPUs {
+			if g.Healthy {
+				remaining[i] = g.Free()
+			}
+		}
+		if h >= 0 {
+			remaining[h] -= sidecars
+		}
+		containers := make(map[int]int, len(regular))
+		ok := true
+		for _, ci := range regular {
+			c := r.Containers[ci]
+			pick := -1
+			for i, g := range n.GPUs {
+				if remaining[i] < c.Units || !g.Healthy {
+					continue
+				}
+				if k, has := cons[c.Units]; has && !k.allows(g.Index) {
+					heldBy = blockedOn(cons, Request{Containers: r.Containers[ci : ci+1]}, g.Index)
+					continue
+				}
+				if pick < 0 || policy.better(remaining[i], remaining[pick]) {
+					pick = i
+				}
+			}
+			if pick < 0 {
+				ok = false
+				break
+			}
+			remaining[pick] -= c.Units
+			containers[c.Index] = n.GPUs[pick].Index
+		}
+		if !ok {
+			continue
+		}
+		p := Placement{Home: home, Split: true, Containers: containers}
+		// The home must also hold the init peak next to the regular containers placed there.
+		if h >= 0 && Charges(r, p)[home] > n.GPUs[h].Free() {
+			continue
+		}
+		if h >= 0 {
+			p.DevUnits = n.GPUs[h].Units
+		} else {
+			low := -1
+			for _, g := range containers {
+				if low < 0 || g < low {
+					low = g
+				}
+			}
+			for _, g := range n.GPUs {
+				if g.Index == low {
+					p.DevUnits = g.Units
+				}
+			}
+		}
+		return p, nil
+	}
+	if heldBy != "" {
+		return Placement{}, &Unfit{Reason: heldBy}
+	}
+	return Placement{}, &Unfit{Reason: ReasonInsufficient}
+}
+
+// blockedInit checks the hold-back rule for the init containers on home.
+func blockedInit(cons map[uint64]constraint, r Request, inits []int, home int) string {
+	sub := Request{}
+	for _, i := range inits {
+		sub.Containers = append(sub.Containers, r.Containers[i])
+	}
+	return blockedOn(cons, sub, home)
+}
+
+// Score rates n for r in [0, MaxExtenderPriority]: how full the GPUs that r
+// would use end up, so BestFit prefers nodes where cards fill before new ones
+// open and Spread the reverse. A node r does not fit scores 0.
+func Score(n *Node, r Request, policy Policy) int64 {
+	p, unfit := Place(n, r, policy)
+	if unfit != nil {
+		return extenderv1.MinExtenderPriority
+	}
+	var used, size uint64
+	for g, units := range Charges(r, p) {
+		for _, gpu := range n.GPUs {
+			if gpu.Index == g {
+				used += gpu.Used + units
+				size += gpu.Units
+			}
+		}
+	}
+	if size == 0 {
+		return extenderv1.MinExtenderPriority
+	}
+	full := int64(min(used, size) * uint64(extenderv1.MaxExtenderPriority) / size)
+	if policy == Spread {
+		return extenderv1.MaxExtenderPriority - full
+	}
+	return full
+}

@@ -1,0 +1,364 @@
+package allocator
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// gpus builds healthy GPUs from (size, used) pairs, indexed in order.
+func gpus(sizeUsed ...uint64) []GPU {
+	var out []GPU
+	for i := 0; i+1 < len(sizeUsed); i += 2 {
+		out = append(out, GPU{Index: i / 2, Units: sizeUsed[i], Used: sizeUsed[i+1], Healthy: true})
+	}
+	return out
+}
+
+func node(g []GPU, inflight ...InFlight) *Node {
+	return &Node{Name: "n1", GPUShare: true, GPUs: g, InFlight: inflight}
+}
+
+// req builds a request of regular containers with the given units.
+func req(units ...uint64) Request {
+	r := Request{Pod: "default/q"}
+	for i, u := range units {
+		r.Containers = append(r.Containers, gpushare.ContainerRequest{Name: "c", Index: i, Units: u})
+	}
+	r.Units = gpushare.PodUnits(r.Containers)
+	return r
+}
+
+func withInit(r Request, units uint64, sidecar bool) Request {
+	r.Containers = append([]gpushare.ContainerRequest{{Name: "init", Index: 0, Init: true, Sidecar: sidecar, Units: units}}, r.Containers...)
+	r.Units = gpushare.PodUnits(r.Containers)
+	return r
+}
+
+func TestPlaceSingleGPU(t *testing.T) {
+	unhealthy := gpus(16, 0, 16, 10, 16, 0)
+	unhealthy[1].Healthy = false
+	tests := []struct {
+		name     string
+		node     *Node
+		req      Request
+		policy   Policy
+		wantGPU  int
+		wantDev  uint64
+		reason   string // substring; empty means it fits
+		unresolv bool
+	}{
+		{name: "best fit takes the least free that fits", node: node(gpus(16, 2, 16, 10, 16, 8)), req: req(4), wantGPU: 1, wantDev: 16},
+		{name: "best fit skips GPUs that do not fit", node: node(gpus(16, 14, 16, 10, 16, 2)), req: req(4), wantGPU: 1, wantDev: 16},
+		{name: "best fit ties go to the lowest index", node: node(gpus(16, 4, 16, 4, 16, 4)), req: req(4), wantGPU: 0, wantDev: 16},
+		{name: "exact fit is allowed", node: node(gpus(16, 12)), req: req(4), wantGPU: 0, wantDev: 16},
+		{name: "spread takes the most free", node: node(gpus(16, 2, 16, 10, 16, 0)), req: req(4), policy: Spread, wantGPU: 2, wantDev: 16},
+		{name: "spread ties go to the lowest index", node: node(gpus(16, 0, 16, 0)), req: req(4), policy: Spread, wantGPU: 0, wantDev: 16},
+		{name: "mixed sizes: best fit uses the small card", node: node(gpus(80, 0, 24, 0)), req: req(20), wantGPU: 1, wantDev: 24},
+		{name: "mixed sizes: only the big card holds it", node: node(gpus(24, 0, 80, 0)), req: req(40), wantGPU: 1, wantDev: 80},
+		{name: "unhealthy GPU never chosen even when it fits best", node: node(unhealthy), req: req(4), wantGPU: 0, wantDev: 16},
+		{name: "all GPUs unhealthy", node: node([]GPU{{Index: 0, Units: 16}}), req: req(1), reason: "no healthy GPU", unresolv: true},
+		{name: "insufficient in one device", node: node(gpus(16, 14, 16, 13)), req: req(4), reason: ReasonInsufficient},
+		{name: "too big for any GPU", node: node(gpus(16, 0, 24, 0)), req: req(30), reason: "more than the largest healthy GPU of node n1 has (24)", unresolv: true},
+		{name: "too big counts only healthy GPUs", node: node(append(gpus(16, 0), GPU{Index: 1, Units: 80})), req: req(30), reason: "(16)", unresolv: true},
+		{name: "not a sharing node", node: &Node{Name: "cpu1"}, req: req(1), reason: "The node cpu1 is not for GPU share, need skip", unresolv: true},
+		{name: "over-charged GPU has no free units", node: node(gpus(16, 20, 16, 15)), req: req(1), wantGPU: 1, wantDev: 16},
+		{name: "init larger than regular charges the init peak", node: node(gpus(16, 8, 16, 0)), req: withInit(req(2), 10, false), wantGPU: 1, wantDev: 16},
+		{name: "sidecar adds to regular containers", node: node(gpus(16, 10, 16, 0)), req: withInit(req(4), 3, true), wantGPU: 1, wantDev: 16},
+		{name: "two containers fit one GPU together", node: node(gpus(16, 0, 16, 6)), req: req(4, 6), wantGPU: 1, wantDev: 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, unfit := Place(tt.node, tt.req, tt.policy)
+			if tt.reason != "" {
+				if unfit == nil {
+					t.Fatalf("placed on GPU %d, want unfit %q", p.Home, tt.reason)
+				}
+				if !strings.Contains(unfit.Reason, tt.reason) || unfit.Unresolvable != tt.unresolv {
+					t.Fatalf("unfit = %+v, want reason containing %q, unresolvable %v", unfit, tt.reason, tt.unresolv)
+				}
+				return
+			}
+			if unfit != nil {
+				t.Fatalf("unfit: %s", unfit.Reason)
+			}
+			if p.Split || p.Home != tt.wantGPU || p.DevUnits != tt.wantDev {
+				t.Fatalf("placement = %+v, want GPU %d dev %d unsplit", p, tt.wantGPU, tt.wantDev)
+			}
+			assertNoOvercommit(t, tt.node, tt.req, p)
+		})
+	}
+}
+
+// assertNoOvercommit checks the placement's charges against free units and health.
+func assertNoOvercommit(t *testing.T, n *Node, r Request, p Placement) {
+	t.Helper()
+	var sum uint64
+	for g, units := range Charges(r, p) {
+		found := false
+		for _, gpu := range n.GPUs {
+			if gpu.Index == g {
+				found = true
+				if !gpu.Healthy {
+					t.Fatalf("placement uses unhealthy GPU %d", g)
+				}
+				if units > gpu.Free() {
+					t.Fatalf("GPU %d charged %d with %d free", g, units, gpu.Free())
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("placement uses unknown GPU %d", g)
+		}
+		sum += units
+	}
+	if sum < r.Units && !p.Split {
+		t.Fatalf("charged %d < pod units %d", sum, r.Units)
+	}
+}
+
+func TestPlaceSplit(t *testing.T) {
+	tests := []struct {
+		name       string
+		node       *Node
+		req        Request
+		policy     Policy
+		wantHome   int
+		wantGPUs   map[int]int
+		wantCharge map[int]uint64
+		reason     string
+	}{
+		{
+			name: "two containers that fit no single GPU get a GPU each",
+			node: node(gpus(16, 8, 16, 6, 16, 0)), req: req(10, 8),
+			wantHome: -1, wantGPUs: map[int]int{0: 1, 1: 0}, wantCharge: map[int]uint64{1: 10, 0: 8},
+		},
+		{
+			name: "spread places the largest container on the emptiest GPU",
+			node: node(gpus(16, 8, 16, 6, 16, 0)), req: req(10, 8), policy: Spread,
+			wantHome: -1, wantGPUs: map[int]int{0: 2, 1: 1}, wantCharge: map[int]uint64{2: 10, 1: 8},
+		},
+		{
+			name: "init containers stay on the home GPU with their peak",
+			node: node(gpus(16, 4, 16, 4)), req: withInit(req(10, 10), 12, false),
+			wantHome: 0, wantGPUs: map[int]int{0: 0, 1: 1}, wantCharge: map[int]uint64{0: 12, 1: 10},
+		},
+		{
+			name: "a sidecar on the home GPU is charged beside the regular container there",
+			node: node(gpus(16, 0, 16, 0)), req: withInit(req(10, 10), 4, true),
+			wantHome: 0, wantGPUs: map[int]int{0: 0, 1: 1}, wantCharge: map[int]uint64{0: 14, 1: 10},
+		},
+		{
+			name: "a container larger than any GPU cannot be split",
+			node: node(gpus(16, 0, 16, 0)), req: req(20, 2), reason: "more than the largest healthy GPU",
+		},
+		{
+			name: "more than the node holds in total",
+			node: node(gpus(16, 0, 16, 0)), req: req(16, 16, 1), reason: "more than all healthy GPUs of node n1 have together",
+		},
+		{
+			name: "fragments too small for any split",
+			node: node(gpus(16, 10, 16, 10, 16, 10)), req: req(7, 7), reason: ReasonInsufficient,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, unfit := Place(tt.node, tt.req, tt.policy)
+			if tt.reason != "" {
+				if unfit == nil || !strings.Contains(unfit.Reason, tt.reason) {
+					t.Fatalf("Place = %+v, %v; want reason %q", p, unfit, tt.reason)
+				}
+				return
+			}
+			if unfit != nil {
+				t.Fatalf("unfit: %s", unfit.Reason)
+			}
+			if !p.Split || p.Home != tt.wantHome || !maps.Equal(p.Containers, tt.wantGPUs) {
+				t.Fatalf("placement = %+v, want home %d containers %v", p, tt.wantHome, tt.wantGPUs)
+			}
+			if got := Charges(tt.req, p); !maps.Equal(got, tt.wantCharge) {
+				t.Fatalf("charges = %v, want %v", got, tt.wantCharge)
+			}
+			assertNoOvercommit(t, tt.node, tt.req, p)
+			// The annotation round trip must give back the same placement.
+			a := p.Assignment(tt.req, 42)
+			enc, err := a.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec, ok, err := gpushare.DecodePodAssignment(enc)
+			if err != nil || !ok {
+				t.Fatalf("decode: %v %v", ok, err)
+			}
+			back, err := PlacementFromAssignment(dec, tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Home != p.Home || !back.Split || !maps.Equal(back.Containers, p.Containers) {
+				t.Fatalf("round trip = %+v, want %+v", back, p)
+			}
+		})
+	}
+}
+
+func TestHoldBack(t *testing.T) {
+	inflight := func(pod string, podUnits uint64, slots ...Slot) InFlight {
+		return InFlight{Pod: pod, PodUnits: podUnits, Slots: slots}
+	}
+	tests := []struct {
+		name    string
+		node    *Node
+		req     Request
+		wantGPU int
+		reason  string
+	}{
+		{
+			name: "same size goes to the in-flight pod's GPU even against best fit",
+			node: node(gpus(16, 4, 16, 12), inflight("default/p", 4, Slot{4, 0})), req: req(4), wantGPU: 0,
+		},
+		{
+			name: "same size held back when the in-flight pod's GPU is full",
+			node: node(gpus(16, 14, 16, 0), inflight("default/p", 4, Slot{4, 0})), req: req(4),
+			reason: "on GPU 0",
+		},
+		{
+			name: "same container size but different pod total is held back on every GPU",
+			node: node(gpus(16, 4, 16, 0), inflight("default/p", 6, Slot{4, 0}, Slot{2, 0})), req: req(4),
+			reason: "waiting for pod default/p",
+		},
+		{
+			name: "other sizes are not held back",
+			node: node(gpus(16, 4, 16, 10), inflight("default/p", 4, Slot{4, 0})), req: req(3), wantGPU: 1,
+		},
+		{
+			name: "in-flight init container counts too",
+			node: node(gpus(16, 4, 16, 10), inflight("default/p", 5, Slot{5, 0})), req: withInit(req(1), 5, false),
+			wantGPU: 0,
+		},
+		{
+			name: "two in-flight pods of one size on different GPUs block the size",
+			node: node(gpus(16, 4, 16, 4, 16, 0), inflight("default/a", 4, Slot{4, 0}), inflight("default/b", 4, Slot{4, 1})), req: req(4),
+			reason: "waiting for pod default/b",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, unfit := Place(tt.node, tt.req, BestFit)
+			if tt.reason != "" {
+				if unfit == nil || !strings.Contains(unfit.Reason, tt.reason) || unfit.Unresolvable {
+					t.Fatalf("Place = %+v, %+v; want resolvable reason containing %q", p, unfit, tt.reason)
+				}
+				return
+			}
+			if unfit != nil {
+				t.Fatalf("unfit: %s", unfit.Reason)
+			}
+			if p.Home != tt.wantGPU {
+				t.Fatalf("GPU = %d, want %d", p.Home, tt.wantGPU)
+			}
+			// Whatever was chosen, every same-size pair must now share a signature.
+			for _, f := range tt.node.InFlight {
+				for _, s := range f.Slots {
+					for _, q := range Slots(tt.req, p) {
+						if q.Units == s.Units && (q.GPU != s.GPU || f.PodUnits != tt.req.Units) {
+							t.Fatalf("signature conflict with %s: %+v vs %+v", f.Pod, s, q)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestHoldBackSplit(t *testing.T) {
+	// In flight: an 8-unit container of a 16-unit pod on GPU 1. A new 8+8 pod
+	// must not put an 8 anywhere but GPU 1, so the split cannot complete.
+	n := node(gpus(16, 8, 16, 8, 16, 0), InFlight{Pod: "default/p", PodUnits: 16, Slots: []Slot{{8, 1}, {8, 0}}})
+	if p, unfit := Place(n, req(8, 8, 8), BestFit); unfit == nil {
+		t.Fatalf("placed %+v despite conflicting in-flight pod", p)
+	}
+}
+
+func TestScore(t *testing.T) {
+	fuller := node(gpus(16, 10))
+	emptier := node(gpus(16, 0))
+	r := req(4)
+	if a, b := Score(fuller, r, BestFit), Score(emptier, r, BestFit); a <= b {
+		t.Fatalf("bestfit: fuller %d <= emptier %d", a, b)
+	}
+	if a, b := Score(fuller, r, Spread), Score(emptier, r, Spread); a >= b {
+		t.Fatalf("spread: fuller %d >= emptier %d", a, b)
+	}
+	if s := Score(node(gpus(16, 14)), r, BestFit); s != 0 {
+		t.Fatalf("unfit node scored %d", s)
+	}
+	if s := Score(node(gpus(16, 12)), r, BestFit); s != 10 {
+		t.Fatalf("exact fill scored %d, want 10", s)
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	for in, want := range map[string]Policy{"bestfit": BestFit, "binpack": BestFit, "spread": Spread} {
+		if got, err := ParsePolicy(in); err != nil || got != want {
+			t.Errorf("ParsePolicy(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := ParsePolicy("random"); err == nil {
+		t.Error("ParsePolicy accepted an unknown name")
+	}
+	var p Policy
+	if err := p.Set("spread"); err != nil || p.String() != "spread" {
+		t.Errorf("Set: %v %v", p, err)
+	}
+}
+
+func TestNewRequest(t *testing.T) {
+	q := func(s string) corev1.ResourceList {
+		return corev1.ResourceList{gpushare.ResourceName: resource.MustParse(s)}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "i", Resources: corev1.ResourceRequirements{Limits: q("9")}}},
+			Containers: []corev1.Container{
+				{Name: "a", Resources: corev1.ResourceRequirements{Limits: q("3")}},
+				{Name: "b", Resources: corev1.ResourceRequirements{Limits: q("4")}},
+			},
+		},
+	}
+	r, err := NewRequest(pod)
+	if err != nil || r.Units != 9 || len(r.Containers) != 3 || r.Pod != "ns/p" {
+		t.Fatalf("NewRequest = %+v, %v", r, err)
+	}
+	pod.Spec.Containers[0].Resources.Limits = q("-1")
+	if _, err := NewRequest(pod); err == nil {
+		t.Fatal("negative request accepted")
+	}
+}
+
+func TestPlacementFromAssignment(t *testing.T) {
+	r := req(4)
+	p, err := PlacementFromAssignment(gpushare.PodAssignment{GPUIndex: 3, PodUnits: 4}, r)
+	if err != nil || p.Split || p.Home != 3 {
+		t.Fatalf("index only: %+v %v", p, err)
+	}
+	// An allocation naming one GPU without an index (gpushare 2.0) is a single-GPU pod.
+	p, err = PlacementFromAssignment(gpushare.PodAssignment{GPUIndex: -1, Allocation: gpushare.Allocation{0: {2: 4}}}, r)
+	if err != nil || p.Split || p.Home != 2 {
+		t.Fatalf("allocation only: %+v %v", p, err)
+	}
+	// An allocation that disagrees with the request is refused, never guessed.
+	if _, err := PlacementFromAssignment(gpushare.PodAssignment{GPUIndex: -1, Allocation: gpushare.Allocation{0: {2: 5}}}, r); err == nil {
+		t.Fatal("mismatched allocation accepted")
+	}
+	// Init containers with no index to run on cannot be charged.
+	if _, err := PlacementFromAssignment(gpushare.PodAssignment{GPUIndex: -1, Allocation: gpushare.Allocation{0: {0: 4}, 1: {1: 4}}}, withInit(req(4, 4), 2, false)); err == nil {
+		t.Fatal("split without home accepted for init containers")
+	}
+}

@@ -1,0 +1,224 @@
+package allocator
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// Policy chooses among GPUs (and nodes) that all fit a pod.
+type Policy int
+
+const (
+	// BestFit fills cards before opening new ones: the GPU with the least free
+	// units that fits, lowest index on ties; nodes whose cards end fuller score higher.
+	BestFit Policy = iota
+	// Spread balances load: the GPU with the most free units, lowest index on
+	// ties; nodes whose cards end emptier score higher.
+	Spread
+)
+
+// ParsePolicy reads a policy name: "bestfit" (also "binpack") or "spread".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "bestfit", "best-fit", "binpack":
+		return BestFit, nil
+	case "spread":
+		return Spread, nil
+	}
+	return 0, fmt.Errorf("unknown placement policy %q: want bestfit or spread", s)
+}
+
+// String returns the policy's canonical name.
+func (p Policy) String() string {
+	if p == Spread {
+		return "spread"
+	}
+	return "bestfit"
+}
+
+// Set implements flag.Value.
+func (p *Policy) Set(s string) error {
+	v, err := ParsePolicy(s)
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// GPU is one physical GPU as the extender accounts it.
+type GPU struct {
+	Index   int
+	Units   uint64 // the GPU's memory in units
+	Used    uint64 // units charged to pods on it (confirmed and assumed)
+	Healthy bool
+}
+
+// Free returns the units left, zero when the GPU is over-charged (a node that
+// shrank under running pods must not wrap around into huge free space).
+func (g GPU) Free() uint64 {
+	if g.Used >= g.Units {
+		return 0
+	}
+	return g.Units - g.Used
+}
+
+// Slot is one container of an in-flight pod as the device plugin can tell it
+// apart: its units and the GPU it was given. Init containers are included.
+type Slot struct {
+	Units uint64
+	GPU   int
+}
+
+// InFlight is a pod bound (or being bound) to a node whose device-plugin
+// Allocate has not happened yet (ASSIGNED is not "true").
+type InFlight struct {
+	Pod      string // namespace/name, for reasons
+	PodUnits uint64 // the ALIYUN_COM_GPU_MEM_POD value the plugin hands out
+	Slots    []Slot
+}
+
+// Node is an immutable snapshot of one node's GPU state. The cache builds a
+// new value on every change, so a Node may be read without locks.
+type Node struct {
+	Name     string
+	GPUShare bool  // the node advertises gpu-mem and a GPU layout
+	GPUs     []GPU // sorted by Index
+	InFlight []InFlight
+}
+
+// Request is a pod's gpu-mem request, per container and in total.
+type Request struct {
+	Pod        string // namespace/name, for reasons
+	Containers []gpushare.ContainerRequest
+	Units      uint64 // gpushare.PodUnits(Containers)
+}
+
+// NewRequest reads pod's request. A pod asking for nothing has Units zero.
+func NewRequest(pod *corev1.Pod) (Request, error) {
+	reqs, err := gpushare.ContainerRequests(pod)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Pod: pod.Namespace + "/" + pod.Name, Containers: reqs, Units: gpushare.PodUnits(reqs)}, nil
+}
+
+// regular counts the regular containers that ask for gpu-mem.
+func (r Request) regular() int {
+	n := 0
+	for _, c := range r.Containers {
+		if !c.Init {
+			n++
+		}
+	}
+	return n
+}
+
+// hasInit reports whether an init (or sidecar) container asks for gpu-mem.
+func (r Request) hasInit() bool {
+	return slices.ContainsFunc(r.Containers, func(c gpushare.ContainerRequest) bool { return c.Init })
+}
+
+// Placement is where a pod's containers go on one node.
+type Placement struct {
+	// Home is the GPU of the whole pod when not Split, and of its init and
+	// sidecar containers when Split; -1 when Split and no init container asks for gpu-mem.
+	Home int
+	// Split is true when regular containers sit on different GPUs.
+	Split bool
+	// Containers maps each regular container index to its GPU; set only when Split.
+	Containers map[int]int
+	// DevUnits is the size of Home (or of the lowest GPU used when Home is -1).
+	DevUnits uint64
+}
+
+// GPUOf returns the GPU container c runs on under p.
+func (p Placement) GPUOf(c gpushare.ContainerRequest) int {
+	if p.Split && !c.Init {
+		return p.Containers[c.Index]
+	}
+	return p.Home
+}
+
+// Assignment is what the binder writes on the pod for p. The allocation
+// annotation is written for split pods only: a single-GPU pod keeps the seed's
+// shape exactly, and ALIYUN_COM_GPU_MEM_IDX keeps its seed meaning.
+func (p Placement) Assignment(r Request, assumeTime int64) gpushare.PodAssignment {
+	a := gpushare.PodAssignment{
+		GPUIndex:   p.Home,
+		PodUnits:   r.Units,
+		DevUnits:   p.DevUnits,
+		AssumeTime: assumeTime,
+	}
+	if p.Split {
+		a.Allocation = gpushare.Allocation{}
+		for c, g := range p.Containers {
+			for _, cr := range r.Containers {
+				if !cr.Init && cr.Index == c {
+					a.Allocation[c] = gpushare.GPUUnits{g: cr.Units}
+				}
+			}
+		}
+	}
+	return a
+}
+
+// PlacementFromAssignment reads back the placement an assignment describes for
+// the pod's containers, the inverse of Placement.Assignment used when the
+// cache rebuilds its view from annotations.
+func PlacementFromAssignment(a gpushare.PodAssignment, r Request) (Placement, error) {
+	gpus, err := a.ContainerGPUs(r.Containers)
+	if err != nil {
+		return Placement{}, err
+	}
+	p := Placement{Home: a.GPUIndex, DevUnits: a.DevUnits}
+	if p.Home < 0 {
+		if all := a.Allocation.GPUs(); len(all) == 1 {
+			p.Home = all[0]
+		}
+	}
+	distinct := map[int]bool{}
+	for _, g := range gpus {
+		distinct[g] = true
+	}
+	if p.Home >= 0 && (len(distinct) == 0 || (len(distinct) == 1 && distinct[p.Home])) {
+		return p, nil
+	}
+	if p.Home < 0 && r.hasInit() {
+		return Placement{}, fmt.Errorf("%w: init containers ask for gpu-mem but no GPU index names their GPU", gpushare.ErrAssignmentMismatch)
+	}
+	p.Split, p.Containers = true, gpus
+	return p, nil
+}
+
+// Charges returns the units p charges on each GPU: per GPU, the Kubernetes
+// rule applied to the containers on it (init containers run on Home, so the
+// peak while they run is charged there, never summed with the regular ones).
+func Charges(r Request, p Placement) map[int]uint64 {
+	if !p.Split {
+		return map[int]uint64{p.Home: r.Units}
+	}
+	byGPU := map[int][]gpushare.ContainerRequest{}
+	for _, c := range r.Containers {
+		g := p.GPUOf(c)
+		byGPU[g] = append(byGPU[g], c)
+	}
+	out := make(map[int]uint64, len(byGPU))
+	for g, cs := range byGPU {
+		out[g] = gpushare.PodUnits(cs)
+	}
+	return out
+}
+
+// Slots returns the pod's containers as the device plugin tells them apart.
+func Slots(r Request, p Placement) []Slot {
+	out := make([]Slot, 0, len(r.Containers))
+	for _, c := range r.Containers {
+		out = append(out, Slot{Units: c.Units, GPU: p.GPUOf(c)})
+	}
+	return out
+}

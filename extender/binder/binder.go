@@ -1,0 +1,143 @@
+package binder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/cache"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// ErrUIDMismatch means the pod named in the bind request was replaced by
+// another pod of the same name; binding it would place the wrong pod.
+var ErrUIDMismatch = errors.New("pod UID does not match the bind request")
+
+// Config holds what a Binder needs.
+type Config struct {
+	Client kubernetes.Interface
+	Cache  *cache.Cache
+	Policy allocator.Policy
+	Logger *zap.Logger
+	// ConflictRetries bounds PATCH retries on a conflict; zero means 5.
+	ConflictRetries int
+	// Now returns the time for ALIYUN_COM_GPU_MEM_ASSUME_TIME; nil means time.Now.
+	Now func() time.Time
+}
+
+// Binder binds pods to nodes with their GPU assignment.
+type Binder struct {
+	cfg Config
+	log *zap.Logger
+}
+
+// New returns a Binder.
+func New(cfg Config) *Binder {
+	if cfg.ConflictRetries == 0 {
+		cfg.ConflictRetries = 5
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Binder{cfg: cfg, log: log}
+}
+
+// Bind places the pod of args on args.Node. An *allocator.Unfit error means
+// the pod no longer fits there (the scheduler retries it elsewhere).
+func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
+	key := args.PodNamespace + "/" + args.PodName
+	pod, err := b.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
+	if err != nil {
+		return err
+	}
+	if pod.Spec.NodeName != "" {
+		// A retry of a bind that did succeed (the scheduler's request timed
+		// out after we answered): succeed again only if it is the same bind.
+		if pod.Spec.NodeName == args.Node {
+			if _, ok, err := gpushare.DecodePodAssignment(pod.Annotations); ok && err == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s is already bound to node %s", key, pod.Spec.NodeName)
+	}
+	assumed, err := b.cfg.Cache.Assume(pod, args.Node, b.cfg.Policy)
+	if err != nil {
+		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
+	}
+	if err := b.write(ctx, pod, args, assumed); err != nil {
+		b.cfg.Cache.Forget(pod.UID)
+		return err
+	}
+	b.cfg.Cache.FinishBinding(pod.UID)
+	b.log.Debug("bound", zap.String("pod", key), zap.String("node", args.Node),
+		zap.Int("gpu", assumed.Placement.Home), zap.Bool("split", assumed.Placement.Split))
+	return nil
+}
+
+// pod returns the pod from the informer, or from the API server when the
+// informer has not seen it yet or holds an older pod of the same name.
+func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
+	if p, ok := b.cfg.Cache.Pod(namespace, name); ok && p.UID == uid {
+		return p, nil
+	}
+	p, err := b.cfg.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	if p.UID != uid {
+		return nil, fmt.Errorf("%w: pod %s/%s has UID %s, the request names %s", ErrUIDMismatch, namespace, name, p.UID, uid)
+	}
+	return p, nil
+}
+
+// write PATCHes the annotations, then creates the Binding.
+func (b *Binder) write(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, a cache.Assumption) error {
+	key := pod.Namespace + "/" + pod.Name
+	annotations, err := a.Placement.Assignment(a.Request, b.cfg.Now().UnixNano()).Encode()
+	if err != nil {
+		return fmt.Errorf("encode assignment of pod %s: %w", key, err)
+	}
+	// The UID in the patch is a precondition: the API server refuses the
+	// patch (a conflict) if the name now belongs to another pod.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": annotations}})
+	if err != nil {
+		return fmt.Errorf("encode patch of pod %s: %w", key, err)
+	}
+	pods := b.cfg.Client.CoreV1().Pods(pod.Namespace)
+	for attempt := 1; ; attempt++ {
+		_, err = pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt >= b.cfg.ConflictRetries {
+			return fmt.Errorf("annotate pod %s: %w", key, err)
+		}
+		// Find out whether the conflict is a replaced pod (fatal) or a passing one.
+		if _, gerr := b.pod(ctx, pod.Namespace, pod.Name, pod.UID); gerr != nil {
+			return gerr
+		}
+	}
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
+	}
+	if err := pods.Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
+	}
+	return nil
+}

@@ -1,0 +1,575 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// Errors of Assume, matched with errors.Is.
+var (
+	// ErrUnknownNode means the node is not in the cache (not yet seen, or deleted).
+	ErrUnknownNode = errors.New("node not in the extender's cache")
+	// ErrAlreadyBound means the pod is already charged as bound to a node.
+	ErrAlreadyBound = errors.New("pod already bound")
+)
+
+// Config holds what a Cache needs.
+type Config struct {
+	Client kubernetes.Interface
+	Logger *zap.Logger
+	// AssumeTTL is how long an assumed pod stays charged after FinishBinding
+	// without the informer confirming it; zero means 30 seconds.
+	AssumeTTL time.Duration
+	// Now returns the time; nil means time.Now. Tests pass a fake.
+	Now func() time.Time
+}
+
+// Cache is the informer-fed, per-node GPU view. Build it with New, start it
+// with Run. All methods are safe for concurrent use.
+type Cache struct {
+	log *zap.Logger
+	ttl time.Duration
+	now func() time.Time
+
+	podInformer  toolscache.SharedIndexInformer
+	nodeInformer toolscache.SharedIndexInformer
+	cmInformer   toolscache.SharedIndexInformer
+	factories    []informers.SharedInformerFactory
+	synced       []toolscache.InformerSynced
+
+	mu    sync.RWMutex
+	nodes map[string]*nodeState
+	pods  map[types.UID]*podState
+}
+
+// nodeState is everything known about one node; view is rebuilt from it.
+type nodeState struct {
+	name      string
+	node      *corev1.Node // nil until seen, and after deletion while pods remain
+	unhealthy []int        // from the unhealthy-gpu ConfigMap
+	pods      map[types.UID]*podState
+	view      *allocator.Node
+}
+
+// podState is one charged (or assumed) pod.
+type podState struct {
+	uid       types.UID
+	namespace string
+	name      string
+	node      string
+	req       allocator.Request
+	placement allocator.Placement
+	charges   map[int]uint64
+	podUnits  uint64 // the ALIYUN_COM_GPU_MEM_POD value, the plugin's view of the pod
+	inFlight  bool
+	assumed   bool
+	deadline  time.Time // for assumed pods; zero while the bind is in progress
+}
+
+// New builds a Cache and its informers; nothing runs until Run.
+func New(cfg Config) (*Cache, error) {
+	c := &Cache{
+		log:   cfg.Logger,
+		ttl:   cfg.AssumeTTL,
+		now:   cfg.Now,
+		nodes: map[string]*nodeState{},
+		pods:  map[types.UID]*podState{},
+	}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	if c.ttl == 0 {
+		c.ttl = 30 * time.Second
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	// Finished pods never hold a GPU; leaving them out of the watch keeps
+	// memory flat in clusters with many completed jobs. A pod that finishes
+	// leaves the selector, which the informer reports as a delete.
+	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.AndSelectors(
+				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+			).String()
+		}))
+	nodeFactory := informers.NewSharedInformerFactory(cfg.Client, 0)
+	cmFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(gpushare.UnhealthyConfigMapNamespace))
+	c.factories = []informers.SharedInformerFactory{podFactory, nodeFactory, cmFactory}
+	c.podInformer = podFactory.Core().V1().Pods().Informer()
+	c.nodeInformer = nodeFactory.Core().V1().Nodes().Informer()
+	c.cmInformer = cmFactory.Core().V1().ConfigMaps().Informer()
+
+	for _, h := range []struct {
+		inf     toolscache.SharedIndexInformer
+		upsert  func(any)
+		deleted func(any)
+	}{
+		{c.podInformer, c.upsertPod, c.deletePod},
+		{c.nodeInformer, c.upsertNode, c.deleteNode},
+		{c.cmInformer, c.upsertConfigMap, c.deleteConfigMap},
+	} {
+		reg, err := h.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    h.upsert,
+			UpdateFunc: func(_, obj any) { h.upsert(obj) },
+			DeleteFunc: h.deleted,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("add event handler: %w", err)
+		}
+		// The registration's HasSynced also waits for our handler to have
+		// seen the initial list, so ready means the view is rebuilt.
+		c.synced = append(c.synced, reg.HasSynced)
+	}
+	return c, nil
+}
+
+// Run starts the informers and the expiry loop, and blocks until ctx ends.
+func (c *Cache) Run(ctx context.Context) {
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+	tick := time.NewTicker(max(c.ttl/4, 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for _, f := range c.factories {
+				f.Shutdown()
+			}
+			return
+		case <-tick.C:
+			c.Cleanup()
+		}
+	}
+}
+
+// HasSynced reports whether every informer's initial list has been applied.
+func (c *Cache) HasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitForSync blocks until HasSynced or ctx ends, reporting which.
+func (c *Cache) WaitForSync(ctx context.Context) bool {
+	return toolscache.WaitForCacheSync(ctx.Done(), c.synced...)
+}
+
+// Pod returns the informer's copy of a pod; callers must not modify it.
+func (c *Cache) Pod(namespace, name string) (*corev1.Pod, bool) {
+	obj, ok, err := c.podInformer.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
+}
+
+// Node returns the snapshot of one node; ok is false for a node the cache
+// has never seen or that was deleted.
+func (c *Cache) Node(name string) (*allocator.Node, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[name]
+	if !ok || n.node == nil {
+		return nil, false
+	}
+	return n.view, true
+}
+
+// Nodes returns the snapshots of names, nil for unknown nodes, under one read
+// lock so a filter sees one consistent moment.
+func (c *Cache) Nodes(names []string) []*allocator.Node {
+	out := make([]*allocator.Node, len(names))
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for i, name := range names {
+		if n, ok := c.nodes[name]; ok && n.node != nil {
+			out[i] = n.view
+		}
+	}
+	return out
+}
+
+// All returns the snapshots of every known node, sorted by name.
+func (c *Cache) All() []*allocator.Node {
+	c.mu.RLock()
+	out := make([]*allocator.Node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		if n.node != nil {
+			out = append(out, n.view)
+		}
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *allocator.Node) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Assumption is what Assume decided for a pod.
+type Assumption struct {
+	Request   allocator.Request
+	Placement allocator.Placement
+}
+
+// Assume re-checks that pod fits node under the cache lock and, if it does,
+// charges it there at once (state Assumed). The caller must follow with
+// FinishBinding after a successful bind or Forget after a failed one.
+func (c *Cache) Assume(pod *corev1.Pod, node string, policy allocator.Policy) (Assumption, error) {
+	r, err := allocator.NewRequest(pod)
+	if err != nil {
+		return Assumption{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[node]
+	if !ok || n.node == nil {
+		return Assumption{}, fmt.Errorf("%w: %s", ErrUnknownNode, node)
+	}
+	if old, ok := c.pods[pod.UID]; ok {
+		if !old.assumed {
+			return Assumption{}, fmt.Errorf("%w: %s/%s is charged on node %s", ErrAlreadyBound, pod.Namespace, pod.Name, old.node)
+		}
+		// A retried bind replaces its own earlier assumption.
+		c.removeLocked(old)
+	}
+	p, unfit := allocator.Place(n.view, r, policy)
+	if unfit != nil {
+		return Assumption{}, unfit
+	}
+	ps := &podState{
+		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: node,
+		req: r, placement: p, charges: allocator.Charges(r, p), podUnits: r.Units,
+		inFlight: true, assumed: true,
+	}
+	c.addLocked(ps)
+	return Assumption{Request: r, Placement: p}, nil
+}
+
+// FinishBinding starts the expiry clock of an assumed pod: from now on, if the
+// informer does not confirm the bind within the TTL, the charge is dropped.
+func (c *Cache) FinishBinding(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pods[uid]; ok && p.assumed {
+		p.deadline = c.now().Add(c.ttl)
+	}
+}
+
+// Forget drops an assumed pod (its bind failed). Confirmed pods are left alone:
+// the informer, not the binder, knows they are bound.
+func (c *Cache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pods[uid]; ok && p.assumed {
+		c.removeLocked(p)
+	}
+}
+
+// Cleanup expires assumed pods whose TTL has passed; Run calls it periodically.
+func (c *Cache) Cleanup() {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.pods {
+		if p.assumed && !p.deadline.IsZero() && now.After(p.deadline) {
+			c.log.Warn("assumed pod expired without the bind showing up", zap.String("pod", p.namespace+"/"+p.name), zap.String("node", p.node))
+			c.removeLocked(p)
+		}
+	}
+}
+
+// objectOf unwraps a delete handler's tombstone.
+func objectOf(obj any) any {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+func (c *Cache) upsertPod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	ps, reason := c.podStateOf(pod)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, had := c.pods[pod.UID]
+	if ps == nil {
+		// Between the binder's PATCH and its Binding the pod is annotated but
+		// not bound; keep the assumption until the bind lands or is forgotten.
+		if had && old.assumed && pod.Spec.NodeName == "" && !finished(pod) {
+			return
+		}
+		if reason != "" {
+			c.log.Warn("pod not charged", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", pod.Spec.NodeName), zap.String("reason", reason))
+		}
+		if had {
+			c.removeLocked(old)
+		}
+		return
+	}
+	if had {
+		c.removeLocked(old)
+	}
+	c.addLocked(ps)
+}
+
+func (c *Cache) deletePod(obj any) {
+	pod, ok := objectOf(obj).(*corev1.Pod)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.pods[pod.UID]; ok {
+		c.removeLocked(old)
+	}
+}
+
+// finished reports whether a pod's containers are gone for good.
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// podStateOf reads a confirmed pod's charge from its annotations; nil when
+// the pod holds no GPU, with a reason when it should and cannot be read.
+func (c *Cache) podStateOf(pod *corev1.Pod) (*podState, string) {
+	if pod.Spec.NodeName == "" || finished(pod) {
+		return nil, ""
+	}
+	r, err := allocator.NewRequest(pod)
+	if err != nil {
+		return nil, err.Error()
+	}
+	if r.Units == 0 {
+		return nil, ""
+	}
+	a, ok, err := gpushare.DecodePodAssignment(pod.Annotations)
+	if err != nil {
+		return nil, err.Error()
+	}
+	if !ok {
+		// Bound by someone else without our annotations: the device plugin
+		// refuses such a pod, so it holds no GPU memory.
+		return nil, "bound without a GPU assignment"
+	}
+	p, err := allocator.PlacementFromAssignment(a, r)
+	if err != nil {
+		return nil, err.Error()
+	}
+	podUnits := a.PodUnits
+	if podUnits == 0 {
+		podUnits = r.Units
+	}
+	return &podState{
+		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName,
+		req: r, placement: p, charges: allocator.Charges(r, p), podUnits: podUnits,
+		inFlight: !a.Assigned,
+	}, ""
+}
+
+func (c *Cache) upsertNode(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodeLocked(node.Name)
+	n.node = node
+	c.rebuildLocked(n)
+}
+
+func (c *Cache) deleteNode(obj any) {
+	node, ok := objectOf(obj).(*corev1.Node)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[node.Name]
+	if !ok {
+		return
+	}
+	n.node = nil
+	c.dropIfEmptyLocked(n)
+}
+
+func (c *Cache) upsertConfigMap(obj any) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return
+	}
+	node, ok := unhealthyNode(cm)
+	if !ok {
+		return
+	}
+	gpus, err := gpushare.ParseUnhealthyGPUs(cm.Data[gpushare.UnhealthyConfigMapKey])
+	if err != nil {
+		// Keep avoiding what could be read: a typo must not make a broken GPU usable.
+		c.log.Warn("unhealthy-GPU ConfigMap partly unreadable", zap.String("configmap", cm.Name), zap.Error(err))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodeLocked(node)
+	n.unhealthy = gpus
+	c.rebuildLocked(n)
+}
+
+func (c *Cache) deleteConfigMap(obj any) {
+	cm, ok := objectOf(obj).(*corev1.ConfigMap)
+	if !ok {
+		return
+	}
+	node, ok := unhealthyNode(cm)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.nodes[node]; ok {
+		n.unhealthy = nil
+		c.rebuildLocked(n)
+		c.dropIfEmptyLocked(n)
+	}
+}
+
+// unhealthyNode returns the node an unhealthy-GPU ConfigMap is about.
+func unhealthyNode(cm *corev1.ConfigMap) (string, bool) {
+	if cm.Namespace != gpushare.UnhealthyConfigMapNamespace || len(cm.Name) <= len(gpushare.UnhealthyConfigMapPrefix) ||
+		cm.Name[:len(gpushare.UnhealthyConfigMapPrefix)] != gpushare.UnhealthyConfigMapPrefix {
+		return "", false
+	}
+	return cm.Name[len(gpushare.UnhealthyConfigMapPrefix):], true
+}
+
+func (c *Cache) nodeLocked(name string) *nodeState {
+	n, ok := c.nodes[name]
+	if !ok {
+		n = &nodeState{name: name, pods: map[types.UID]*podState{}}
+		c.nodes[name] = n
+	}
+	return n
+}
+
+func (c *Cache) dropIfEmptyLocked(n *nodeState) {
+	if n.node == nil && len(n.pods) == 0 && len(n.unhealthy) == 0 {
+		delete(c.nodes, n.name)
+	}
+}
+
+func (c *Cache) addLocked(p *podState) {
+	c.pods[p.uid] = p
+	n := c.nodeLocked(p.node)
+	n.pods[p.uid] = p
+	c.rebuildLocked(n)
+}
+
+func (c *Cache) removeLocked(p *podState) {
+	delete(c.pods, p.uid)
+	if n, ok := c.nodes[p.node]; ok {
+		delete(n.pods, p.uid)
+		c.rebuildLocked(n)
+		c.dropIfEmptyLocked(n)
+	}
+}
+
+// rebuildLocked replaces n's snapshot. Snapshots are never modified after
+// publication, so readers keep using theirs without locks.
+func (c *Cache) rebuildLocked(n *nodeState) {
+	v := &allocator.Node{Name: n.name}
+	if n.node != nil {
+		v.GPUs, v.GPUShare = layout(n.node, c.log)
+		for _, idx := range n.unhealthy {
+			if i, ok := slices.BinarySearchFunc(v.GPUs, idx, func(g allocator.GPU, t int) int { return g.Index - t }); ok {
+				v.GPUs[i].Healthy = false
+			}
+		}
+	}
+	for _, uid := range slices.Sorted(maps.Keys(n.pods)) {
+		p := n.pods[uid]
+		for g, units := range p.charges {
+			if i, ok := slices.BinarySearchFunc(v.GPUs, g, func(x allocator.GPU, t int) int { return x.Index - t }); ok {
+				v.GPUs[i].Used += units
+			}
+		}
+		if p.inFlight {
+			v.InFlight = append(v.InFlight, allocator.InFlight{
+				Pod: p.namespace + "/" + p.name, PodUnits: p.podUnits, Slots: allocator.Slots(p.req, p.placement),
+			})
+		}
+	}
+	n.view = v
+}
+
+// layout returns a node's GPUs, healthy per the node annotation or all
+// healthy in the total/count fallback, and whether the node shares GPUs.
+func layout(node *corev1.Node, log *zap.Logger) ([]allocator.GPU, bool) {
+	total := quantity(node, gpushare.ResourceName)
+	if total == 0 {
+		return nil, false
+	}
+	if raw, ok := node.Annotations[gpushare.AnnotationNodeGPUs]; ok {
+		desc, err := gpushare.DecodeNodeGPUs(raw)
+		if err == nil && len(desc.GPUs) > 0 {
+			out := make([]allocator.GPU, len(desc.GPUs))
+			for i, g := range desc.GPUs {
+				out[i] = allocator.GPU{Index: g.Index, Units: g.Units, Healthy: g.Healthy}
+			}
+			return out, true
+		}
+		log.Warn("node GPU description unreadable, dividing the total by the GPU count", zap.String("node", node.Name), zap.Error(err))
+	}
+	count := quantity(node, gpushare.ResourceCount)
+	if count == 0 || count > gpushare.MaxGPUsPerNode {
+		return nil, false
+	}
+	out := make([]allocator.GPU, count)
+	for i := range out {
+		out[i] = allocator.GPU{Index: i, Units: total / count, Healthy: true}
+	}
+	return out, true
+}
+
+// quantity reads an extended resource from allocatable, else capacity.
+func quantity(node *corev1.Node, name corev1.ResourceName) uint64 {
+	q, ok := node.Status.Allocatable[name]
+	if !ok {
+		q, ok = node.Status.Capacity[name]
+	}
+	if !ok || q.Sign() <= 0 || q.CmpInt64(int64(gpushare.MaxUnits)*gpushare.MaxGPUsPerNode) > 0 {
+		return 0
+	}
+	return uint64(q.Value())
+}

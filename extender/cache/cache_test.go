@@ -1,0 +1,382 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// fakeClock is a settable clock for assumption expiry.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeClock) Now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+func (f *fakeClock) Step(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.t = f.t.Add(d)
+}
+
+// Node builds a Node with gpu-mem total and gpu-count; gpus, when set, is the node GPU annotation.
+func Node(name string, total, count int64, gpus *gpushare.NodeGPUs) *corev1.Node {
+	res := corev1.ResourceList{
+		gpushare.ResourceName:  *resource.NewQuantity(total, resource.DecimalSI),
+		gpushare.ResourceCount: *resource.NewQuantity(count, resource.DecimalSI),
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Capacity: res, Allocatable: res.DeepCopy()}}
+	if gpus != nil {
+		s, err := gpushare.EncodeNodeGPUs(*gpus)
+		if err != nil {
+			panic(err)
+		}
+		n.Annotations = map[string]string{gpushare.AnnotationNodeGPUs: s}
+	}
+	return n
+}
+
+// Pod builds a pod with one container per units value, bound to node (when
+// not empty) with the single-GPU annotations of gpu (when >= 0).
+func Pod(name, node string, gpu int, assigned bool, units ...int64) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}}
+	var total uint64
+	for i, u := range units {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+			Name:      "c" + strconv.Itoa(i),
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpushare.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}},
+		})
+		total += uint64(u)
+	}
+	p.Spec.NodeName = node
+	p.Status.Phase = corev1.PodPending
+	if gpu >= 0 {
+		a, err := gpushare.PodAssignment{GPUIndex: gpu, PodUnits: total, DevUnits: 16, Assigned: assigned, AssumeTime: 1}.Encode()
+		if err != nil {
+			panic(err)
+		}
+		p.Annotations = a
+	}
+	return p
+}
+
+type fixture struct {
+	t      *testing.T
+	client *fake.Clientset
+	cache  *Cache
+	clock  *fakeClock
+}
+
+func start(t *testing.T, objs ...runtime.Object) *fixture {
+	t.Helper()
+	f := &fixture{t: t, client: fake.NewClientset(objs...), clock: &fakeClock{t: time.Unix(1000, 0)}}
+	c, err := New(Config{Client: f.client, Logger: zaptest.NewLogger(t), AssumeTTL: time.Minute, Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cache = c
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !c.WaitForSync(sctx) {
+		t.Fatal("cache did not sync")
+	}
+	return f
+}
+
+// eventually polls cond until it holds or a deadline passes.
+func (f *fixture) eventually(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// used returns the charged units per GPU index of node, nil when unknown.
+func (f *fixture) used(node string) []uint64 {
+	n, ok := f.cache.Node(node)
+	if !ok {
+		return nil
+	}
+	out := make([]uint64, len(n.GPUs))
+	for i, g := range n.GPUs {
+		out[i] = g.Used
+	}
+	return out
+}
+
+func (f *fixture) waitUsed(node string, want ...uint64) {
+	f.t.Helper()
+	f.eventually("usage "+node, func() bool {
+		got := f.used(node)
+		if len(got) != len(want) {
+			return false
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestNodeLayout(t *testing.T) {
+	mixed := &gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{
+		{Index: 0, Units: 80, Healthy: true}, {Index: 1, Units: 24, Healthy: false, Reason: "XID 79"},
+	}}
+	f := start(t, Node("annotated", 104, 2, mixed), Node("fallback", 64, 4, nil), Node("cpu", 0, 0, nil))
+	n, ok := f.cache.Node("annotated")
+	if !ok || !n.GPUShare || len(n.GPUs) != 2 || n.GPUs[0].Units != 80 || n.GPUs[1].Units != 24 || n.GPUs[1].Healthy {
+		t.Fatalf("annotated node = %+v", n)
+	}
+	n, _ = f.cache.Node("fallback")
+	if len(n.GPUs) != 4 || n.GPUs[3].Units != 16 || !n.GPUs[3].Healthy {
+		t.Fatalf("fallback node = %+v", n)
+	}
+	if n, _ := f.cache.Node("cpu"); n.GPUShare {
+		t.Fatalf("cpu node shares GPUs: %+v", n)
+	}
+	ctx := context.Background()
+	// Resize: the device plugin now reports 8 GPUs of 16.
+	if _, err := f.client.CoreV1().Nodes().Update(ctx, Node("fallback", 128, 8, nil), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("fallback", 0, 0, 0, 0, 0, 0, 0, 0)
+	// New node seen at once.
+	if _, err := f.client.CoreV1().Nodes().Create(ctx, Node("new", 32, 2, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("new", 0, 0)
+	if err := f.client.CoreV1().Nodes().Delete(ctx, "new", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("node deleted", func() bool { _, ok := f.cache.Node("new"); return !ok })
+}
+
+func TestUnhealthyConfigMap(t *testing.T) {
+	f := start(t, Node("n1", 64, 4, nil))
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: gpushare.UnhealthyConfigMapNamespace, Name: gpushare.UnhealthyConfigMapName("n1")},
+		Data:       map[string]string{gpushare.UnhealthyConfigMapKey: "0, 2,x"},
+	}
+	if _, err := f.client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	healthy := func() []bool {
+		n, _ := f.cache.Node("n1")
+		var out []bool
+		for _, g := range n.GPUs {
+			out = append(out, g.Healthy)
+		}
+		return out
+	}
+	// The items before the typo still count: GPUs 0 and 2 are avoided.
+	f.eventually("GPUs 0 and 2 unhealthy", func() bool { h := healthy(); return !h[0] && h[1] && !h[2] && h[3] })
+	if err := f.client.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("all healthy again", func() bool { h := healthy(); return h[0] && h[2] })
+}
+
+func TestPodLifecycle(t *testing.T) {
+	f := start(t, Node("n1", 64, 4, nil))
+	ctx := context.Background()
+	pods := f.client.CoreV1().Pods("default")
+	// Unbound pods hold nothing.
+	p, err := pods.Create(ctx, Pod("p", "", -1, false, 4), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bound with annotations: charged and in flight.
+	p = Pod("p", "n1", 2, false, 4)
+	if p, err = pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("n1", 0, 0, 4, 0)
+	if n, _ := f.cache.Node("n1"); len(n.InFlight) != 1 || n.InFlight[0].Slots[0] != (allocator.Slot{Units: 4, GPU: 2}) {
+		t.Fatalf("in flight = %+v", n.InFlight)
+	}
+	// Assigned by the plugin: still charged, no longer in flight.
+	p.Annotations[gpushare.AnnotationAssigned] = "true"
+	if p, err = pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("not in flight", func() bool { n, _ := f.cache.Node("n1"); return len(n.InFlight) == 0 })
+	f.waitUsed("n1", 0, 0, 4, 0)
+	// Terminating: containers may still run, so it stays charged.
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	p.Status.Phase = corev1.PodRunning
+	if p, err = pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A second pod's update proves the first update was processed before we check.
+	if _, err := pods.Create(ctx, Pod("marker", "n1", 0, true, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("n1", 1, 0, 4, 0)
+	// Succeeded: released.
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err = pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("n1", 1, 0, 0, 0)
+	// Deleted: released.
+	if err := pods.Delete(ctx, "marker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("n1", 0, 0, 0, 0)
+}
+
+func TestRebuildFromAnnotations(t *testing.T) {
+	// A restarted extender sees these pods only through the initial list.
+	split := Pod("split", "n1", -1, false, 10, 10)
+	a, err := gpushare.PodAssignment{GPUIndex: -1, PodUnits: 20, DevUnits: 16, Allocation: gpushare.Allocation{0: {1: 10}, 1: {3: 10}}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	split.Annotations = a
+	bad := Pod("bad", "n1", 0, false, 4)
+	bad.Annotations[gpushare.AnnotationGPUIndex] = "zero"
+	unannotated := Pod("foreign", "n1", -1, false, 4)
+	f := start(t, Node("n1", 64, 4, nil), Pod("a", "n1", 0, true, 4), Pod("b", "n1", 0, false, 6), split, bad, unannotated)
+	f.waitUsed("n1", 10, 10, 0, 10)
+	in, ok := f.cache.Inspect("n1")
+	if !ok || len(in.Nodes) != 1 || in.Nodes[0].TotalGPU != 64 || in.Nodes[0].UsedGPU != 30 {
+		t.Fatalf("inspect = %+v", in)
+	}
+	dev0 := in.Nodes[0].Devs[0]
+	if len(dev0.Pods) != 2 || dev0.Pods[0].Name != "a" || dev0.Pods[0].UsedGPU != 4 || dev0.Pods[1].Name != "b" {
+		t.Fatalf("dev0 = %+v", dev0)
+	}
+	if _, ok := f.cache.Inspect("nope"); ok {
+		t.Fatal("inspect of an unknown node succeeded")
+	}
+}
+
+func TestAssume(t *testing.T) {
+	f := start(t, Node("n1", 32, 2, nil))
+	pod := Pod("p", "", -1, false, 10)
+	got, err := f.cache.Assume(pod, "n1", allocator.BestFit)
+	if err != nil || got.Placement.Home != 0 {
+		t.Fatalf("Assume = %+v, %v", got, err)
+	}
+	f.waitUsed("n1", 10, 0)
+	// The next pod sees the capacity taken and goes to GPU 1. (A second
+	// 10-unit pod would be held back: p is in flight with that size on GPU 0.)
+	if got, err := f.cache.Assume(Pod("q", "", -1, false, 9), "n1", allocator.BestFit); err != nil || got.Placement.Home != 1 {
+		t.Fatalf("second Assume = %+v, %v", got, err)
+	}
+	// A third does not fit: an *Unfit, and nothing charged.
+	var unfit *allocator.Unfit
+	if _, err := f.cache.Assume(Pod("r", "", -1, false, 8), "n1", allocator.BestFit); !errors.As(err, &unfit) {
+		t.Fatalf("third Assume err = %v", err)
+	}
+	f.waitUsed("n1", 10, 9)
+	f.cache.Forget(types.UID("uid-q"))
+	f.waitUsed("n1", 10, 0)
+	if _, err := f.cache.Assume(pod, "nope", allocator.BestFit); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("unknown node err = %v", err)
+	}
+
+	// Expiry: never confirmed, the charge goes after the TTL, not before.
+	f.cache.FinishBinding(pod.UID)
+	f.clock.Step(59 * time.Second)
+	f.cache.Cleanup()
+	f.waitUsed("n1", 10, 0)
+	f.clock.Step(2 * time.Second)
+	f.cache.Cleanup()
+	f.waitUsed("n1", 0, 0)
+
+	// Confirmed by the informer: the TTL no longer applies.
+	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); err != nil {
+		t.Fatal(err)
+	}
+	f.cache.FinishBinding(pod.UID)
+	if _, err := f.client.CoreV1().Pods("default").Create(context.Background(), Pod("p", "n1", 0, false, 10), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("confirmed", func() bool {
+		f.cache.mu.RLock()
+		defer f.cache.mu.RUnlock()
+		p, ok := f.cache.pods[pod.UID]
+		return ok && !p.assumed
+	})
+	f.clock.Step(time.Hour)
+	f.cache.Cleanup()
+	f.waitUsed("n1", 10, 0)
+	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.Is(err, ErrAlreadyBound) {
+		t.Fatalf("re-assume of a bound pod err = %v", err)
+	}
+}
+
+func TestAssumedSurvivesAnnotatedUnboundUpdate(t *testing.T) {
+	f := start(t, Node("n1", 32, 2, nil))
+	pod := Pod("p", "", -1, false, 10)
+	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); err != nil {
+		t.Fatal(err)
+	}
+	// The binder's PATCH lands before its Binding: annotated, not yet bound.
+	annotated := Pod("p", "", 0, false, 10)
+	f.cache.upsertPod(annotated)
+	if got := f.used("n1"); got[0] != 10 {
+		t.Fatalf("assumption dropped by the PATCH event: %v", got)
+	}
+}
+
+func TestTombstoneDelete(t *testing.T) {
+	f := start(t, Node("n1", 32, 2, nil))
+	p := Pod("p", "n1", 1, true, 3)
+	f.cache.upsertPod(p)
+	f.waitUsed("n1", 0, 3)
+	f.cache.deletePod(toolscache.DeletedFinalStateUnknown{Key: "default/p", Obj: p})
+	f.waitUsed("n1", 0, 0)
+	f.cache.deleteNode(toolscache.DeletedFinalStateUnknown{Key: "n1", Obj: Node("n1", 32, 2, nil)})
+	if _, ok := f.cache.Node("n1"); ok {
+		t.Fatal("node survived its tombstone")
+	}
+	// Garbage in a tombstone is ignored, not a panic.
+	f.cache.deletePod(toolscache.DeletedFinalStateUnknown{Key: "x", Obj: 42})
+	f.cache.deleteConfigMap("not a configmap")
+}
+
+func TestNodeDeletedKeepsPodCharges(t *testing.T) {
+	f := start(t, Node("n1", 32, 2, nil), Pod("p", "n1", 1, true, 3))
+	f.waitUsed("n1", 0, 3)
+	ctx := context.Background()
+	if err := f.client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("node gone", func() bool { _, ok := f.cache.Node("n1"); return !ok })
+	// The node comes back (e.g. re-registered): its pods are still charged.
+	if _, err := f.client.CoreV1().Nodes().Create(ctx, Node("n1", 32, 2, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("n1", 0, 3)
+}

@@ -1,0 +1,306 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/cache"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// Cache is what the server reads from the cluster view.
+type Cache interface {
+	HasSynced() bool
+	Nodes(names []string) []*allocator.Node
+	All() []*allocator.Node
+	Inspect(node string) (cache.Inspect, bool)
+}
+
+// Binder carries out the bind verb.
+type Binder interface {
+	Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error
+}
+
+// Config holds what a Server needs.
+type Config struct {
+	Cache    Cache
+	Binder   Binder
+	Policy   allocator.Policy
+	Logger   *zap.Logger
+	Registry *prometheus.Registry // where the extender's series go; /metrics serves it
+	Version  string
+	// MaxBodyBytes bounds filter and prioritize bodies (full Node objects when
+	// nodeCacheCapable is false); zero means 64 MiB. Bind bodies are bounded to 64 KiB.
+	MaxBodyBytes int64
+}
+
+// Server answers the scheduler's extender calls.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	metrics *metrics
+	mux     *http.ServeMux
+}
+
+const maxBindBody = 64 << 10
+
+// New builds the server and registers its metrics.
+func New(cfg Config) (*Server, error) {
+	if cfg.Cache == nil || cfg.Binder == nil || cfg.Registry == nil {
+		return nil, errors.New("server: Cache, Binder and Registry are required")
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 64 << 20
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	m, err := newMetrics(cfg.Registry, cfg.Cache.All)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	s.metrics = m
+	p := gpushare.ExtenderURLPrefix
+	s.mux.HandleFunc("POST "+p+"/filter", s.timed("filter", s.filter))
+	s.mux.HandleFunc("POST "+p+"/prioritize", s.timed("prioritize", s.prioritize))
+	s.mux.HandleFunc("POST "+p+"/bind", s.timed("bind", s.bind))
+	s.mux.HandleFunc("GET "+p+"/inspect", s.timed("inspect", s.inspect))
+	s.mux.HandleFunc("GET "+p+"/inspect/{node}", s.timed("inspect", s.inspect))
+	s.mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": cfg.Version})
+	})
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !cfg.Cache.HasSynced() {
+			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	return s, nil
+}
+
+// Handler returns the server's routes.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// errorBody is the seed's error shape, also the Error field of the extender results.
+type errorBody struct {
+	Error string `json:"Error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	// The status is sent; an encode error here means the client went away.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) timed(verb string, h http.HandlerFunc) http.HandlerFunc {
+	hist := s.metrics.latency.WithLabelValues(verb)
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		h(w, r)
+		hist.Observe(time.Since(start).Seconds())
+	}
+}
+
+// decode reads a bounded JSON body into v, answering the 4xx itself on failure.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("request body larger than %d bytes", limit)})
+			return false
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "malformed request body: " + err.Error()})
+		return false
+	}
+	return true
+}
+
+// ready answers 503 until the cache has synced: before that a bind could be
+// assumed against a half-built view and over-commit a GPU.
+func (s *Server) ready(w http.ResponseWriter) bool {
+	if s.cfg.Cache.HasSynced() {
+		return true
+	}
+	writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "extender cache not synced yet"})
+	return false
+}
+
+// candidates reads the node names of a filter or prioritize call.
+func candidates(w http.ResponseWriter, args *extenderv1.ExtenderArgs) ([]string, bool) {
+	if args.Pod == nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "request has no Pod"})
+		return nil, false
+	}
+	switch {
+	case args.NodeNames != nil:
+		return *args.NodeNames, true
+	case args.Nodes != nil:
+		names := make([]string, len(args.Nodes.Items))
+		for i := range args.Nodes.Items {
+			names[i] = args.Nodes.Items[i].Name
+		}
+		return names, true
+	}
+	writeJSON(w, http.StatusBadRequest, errorBody{Error: "request has neither NodeNames nor Nodes"})
+	return nil, false
+}
+
+func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	var args extenderv1.ExtenderArgs
+	if !decode(w, r, s.cfg.MaxBodyBytes, &args) {
+		return
+	}
+	names, ok := candidates(w, &args)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, Filter(s.cfg.Cache, s.cfg.Policy, &args, names))
+}
+
+// Filter is the filter verb without HTTP: which of names (from args) fit
+// args.Pod, with a reason for each that does not. In names mode the result
+// carries names only; with full Node objects it carries the passing objects.
+func Filter(c Cache, policy allocator.Policy, args *extenderv1.ExtenderArgs, names []string) *extenderv1.ExtenderFilterResult {
+	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
+	pass := make([]bool, len(names))
+	req, err := allocator.NewRequest(args.Pod)
+	switch {
+	case err != nil:
+		for _, n := range names {
+			res.FailedAndUnresolvableNodes[n] = err.Error()
+		}
+	case req.Units == 0:
+		// Not ours to judge; the scheduler only asks for pods with gpu-mem anyway.
+		for i := range pass {
+			pass[i] = true
+		}
+	default:
+		for i, v := range c.Nodes(names) {
+			if v == nil {
+				res.FailedNodes[names[i]] = "node " + names[i] + " is not in the gpushare extender's cache"
+				continue
+			}
+			if _, unfit := allocator.Place(v, req, policy); unfit != nil {
+				if unfit.Unresolvable {
+					res.FailedAndUnresolvableNodes[names[i]] = unfit.Reason
+				} else {
+					res.FailedNodes[names[i]] = unfit.Reason
+				}
+				continue
+			}
+			pass[i] = true
+		}
+	}
+	if args.NodeNames != nil {
+		out := make([]string, 0, len(names))
+		for i, n := range names {
+			if pass[i] {
+				out = append(out, n)
+			}
+		}
+		res.NodeNames = &out
+		return res
+	}
+	out := &corev1.NodeList{Items: make([]corev1.Node, 0, len(names))}
+	for i := range args.Nodes.Items {
+		if pass[i] {
+			out.Items = append(out.Items, args.Nodes.Items[i])
+		}
+	}
+	res.Nodes = out
+	return res
+}
+
+func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	var args extenderv1.ExtenderArgs
+	if !decode(w, r, s.cfg.MaxBodyBytes, &args) {
+		return
+	}
+	names, ok := candidates(w, &args)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, Prioritize(s.cfg.Cache, s.cfg.Policy, args.Pod, names))
+}
+
+// Prioritize is the prioritize verb without HTTP: a score per node, zero for
+// nodes unknown or unfit.
+func Prioritize(c Cache, policy allocator.Policy, pod *corev1.Pod, names []string) extenderv1.HostPriorityList {
+	out := make(extenderv1.HostPriorityList, len(names))
+	req, err := allocator.NewRequest(pod)
+	views := c.Nodes(names)
+	for i, n := range names {
+		out[i] = extenderv1.HostPriority{Host: n}
+		if err == nil && views[i] != nil {
+			out[i].Score = allocator.Score(views[i], req, policy)
+		}
+	}
+	return out
+}
+
+func (s *Server) bind(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	var args extenderv1.ExtenderBindingArgs
+	if !decode(w, r, maxBindBody, &args) {
+		return
+	}
+	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" || args.PodUID == "" {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bind request needs PodName, PodNamespace, PodUID and Node"})
+		return
+	}
+	err := s.cfg.Binder.Bind(r.Context(), args)
+	if err == nil {
+		s.metrics.binds.WithLabelValues(outcomeBound).Inc()
+		writeJSON(w, http.StatusOK, extenderv1.ExtenderBindingResult{})
+		return
+	}
+	outcome := outcomeError
+	var unfit *allocator.Unfit
+	if errors.As(err, &unfit) {
+		outcome = outcomeUnfit
+	}
+	s.metrics.binds.WithLabelValues(outcome).Inc()
+	s.log.Info("bind failed", zap.String("pod", args.PodNamespace+"/"+args.PodName), zap.String("node", args.Node), zap.Error(err))
+	// The seed answers 500 with the error; the scheduler then retries the pod.
+	writeJSON(w, http.StatusInternalServerError, extenderv1.ExtenderBindingResult{Error: err.Error()})
+}
+
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
+	node := strings.TrimSpace(r.PathValue("node"))
+	res, ok := s.cfg.Cache.Inspect(node)
+	if !ok {
+		res.Error = "node " + node + " is not a GPU-sharing node known to the extender"
+		writeJSON(w, http.StatusNotFound, res)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

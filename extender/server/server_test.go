@@ -1,0 +1,494 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/binder"
+	"github.com/gpushare/gpushare/extender/cache"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+func gpuNode(name string, total, count int64) *corev1.Node {
+	res := corev1.ResourceList{
+		gpushare.ResourceName:  *resource.NewQuantity(total, resource.DecimalSI),
+		gpushare.ResourceCount: *resource.NewQuantity(count, resource.DecimalSI),
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Capacity: res, Allocatable: res}}
+}
+
+func gpuPod(name string, units ...int64) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}}
+	for i, u := range units {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+			Name:      fmt.Sprintf("c%d", i),
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpushare.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}},
+		})
+	}
+	return p
+}
+
+type env struct {
+	t       *testing.T
+	client  *fake.Clientset
+	cache   *cache.Cache
+	srv     *httptest.Server
+	patches atomic.Int32
+}
+
+// bindReactor makes the fake clientset honour pods/binding as the API server
+// does: the UID must match and the pod must not be bound yet.
+func bindReactor(client *fake.Clientset) k8stesting.ReactionFunc {
+	return func(action k8stesting.Action) (bool, runtime.Object, error) {
+		ca, ok := action.(k8stesting.CreateAction)
+		if !ok || action.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := ca.GetObject().(*corev1.Binding)
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+		obj, err := client.Tracker().Get(gvr, b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		if b.UID != "" && b.UID != pod.UID {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), b.Name, errors.New("uid mismatch"))
+		}
+		if pod.Spec.NodeName != "" {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), b.Name, errors.New("already assigned"))
+		}
+		pod.Spec.NodeName = b.Target.Name
+		return true, nil, client.Tracker().Update(gvr, pod, b.Namespace)
+	}
+}
+
+func newEnv(t *testing.T, objs ...runtime.Object) *env {
+	t.Helper()
+	e := &env{t: t, client: fake.NewClientset(objs...)}
+	e.client.PrependReactor("create", "pods", bindReactor(e.client))
+	e.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		e.patches.Add(1)
+		return false, nil, nil
+	})
+	c, err := cache.New(cache.Config{Client: e.client, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cache = c
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !c.WaitForSync(sctx) {
+		t.Fatal("cache did not sync")
+	}
+	b := binder.New(binder.Config{Client: e.client, Cache: c, Logger: zaptest.NewLogger(t)})
+	s, err := New(Config{Cache: c, Binder: b, Logger: zaptest.NewLogger(t), Registry: prometheus.NewRegistry(), Version: "v-test", MaxBodyBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(s.Handler())
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *env) do(method, path string, body any) (int, []byte) {
+	e.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.StatusCode, out
+}
+
+func (e *env) filter(pod *corev1.Pod, names ...string) extenderv1.ExtenderFilterResult {
+	e.t.Helper()
+	code, body := e.do("POST", "/gpushare-scheduler/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
+	if code != http.StatusOK {
+		e.t.Fatalf("filter: %d %s", code, body)
+	}
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		e.t.Fatal(err)
+	}
+	return res
+}
+
+func (e *env) bind(pod *corev1.Pod, node string) (int, string) {
+	e.t.Helper()
+	code, body := e.do("POST", "/gpushare-scheduler/bind", extenderv1.ExtenderBindingArgs{
+		PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: node,
+	})
+	var res extenderv1.ExtenderBindingResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		e.t.Fatalf("bind answer %q: %v", body, err)
+	}
+	return code, res.Error
+}
+
+func TestFilterNames(t *testing.T) {
+	full := gpuNode("full", 32, 2)
+	e := newEnv(t, gpuNode("n1", 32, 2), full, gpuNode("small", 8, 2), gpuNode("cpu", 0, 0))
+	// Fill "full" through the real bind path.
+	for _, name := range []string{"a", "b"} {
+		p := gpuPod(name, 12+int64(len(name)))
+		if name == "b" {
+			p = gpuPod(name, 11)
+		}
+		if _, err := e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if code, msg := e.bind(p, "full"); code != http.StatusOK {
+			t.Fatalf("bind %s: %d %s", name, code, msg)
+		}
+	}
+	res := e.filter(gpuPod("p", 8), "n1", "full", "small", "cpu", "ghost")
+	if res.NodeNames == nil || strings.Join(*res.NodeNames, ",") != "n1" || res.Nodes != nil {
+		t.Fatalf("passing = %v nodes=%v", res.NodeNames, res.Nodes)
+	}
+	want := map[string]string{
+		"full":  allocator.ReasonInsufficient,
+		"ghost": "node ghost is not in the gpushare extender's cache",
+	}
+	for n, reason := range want {
+		if res.FailedNodes[n] != reason {
+			t.Errorf("FailedNodes[%s] = %q, want %q", n, res.FailedNodes[n], reason)
+		}
+	}
+	if got := res.FailedAndUnresolvableNodes["cpu"]; got != "The node cpu is not for GPU share, need skip" {
+		t.Errorf("cpu reason = %q", got)
+	}
+	if got := res.FailedAndUnresolvableNodes["small"]; !strings.Contains(got, "more than the largest healthy GPU of node small has (4)") {
+		t.Errorf("small reason = %q", got)
+	}
+}
+
+func TestFilterFullNodes(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 32, 2), gpuNode("n2", 4, 1))
+	args := extenderv1.ExtenderArgs{Pod: gpuPod("p", 8), Nodes: &corev1.NodeList{Items: []corev1.Node{*gpuNode("n1", 32, 2), *gpuNode("n2", 4, 1)}}}
+	code, body := e.do("POST", "/gpushare-scheduler/filter", args)
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(body, &res); code != http.StatusOK || err != nil {
+		t.Fatalf("filter: %d %s %v", code, body, err)
+	}
+	if res.NodeNames != nil || res.Nodes == nil || len(res.Nodes.Items) != 1 || res.Nodes.Items[0].Name != "n1" {
+		t.Fatalf("result = %+v", res)
+	}
+	if _, ok := res.FailedAndUnresolvableNodes["n2"]; !ok {
+		t.Fatalf("n2 not failed: %+v", res)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 32, 2))
+	huge := append([]byte(`{"Pod":{"metadata":{"name":"`), bytes.Repeat([]byte("x"), 2<<20)...)
+	huge = append(huge, []byte(`"}}`)...)
+	negative := gpuPod("neg", 1)
+	negative.Spec.Containers[0].Resources.Limits[gpushare.ResourceName] = resource.MustParse("-3")
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		body   any
+		code   int
+		substr string
+	}{
+		{"malformed filter", "POST", "/gpushare-scheduler/filter", []byte(`{"Pod":`), 400, "malformed request body"},
+		{"oversized filter", "POST", "/gpushare-scheduler/filter", huge, 413, "larger than"},
+		{"filter without pod", "POST", "/gpushare-scheduler/filter", []byte(`{"NodeNames":["n1"]}`), 400, "no Pod"},
+		{"filter without nodes", "POST", "/gpushare-scheduler/filter", extenderv1.ExtenderArgs{Pod: gpuPod("p", 1)}, 400, "neither NodeNames nor Nodes"},
+		{"malformed prioritize", "POST", "/gpushare-scheduler/prioritize", []byte(`[]`), 400, "malformed"},
+		{"malformed bind", "POST", "/gpushare-scheduler/bind", []byte(`{{`), 400, "malformed"},
+		{"oversized bind", "POST", "/gpushare-scheduler/bind", huge, 413, "larger than"},
+		{"incomplete bind", "POST", "/gpushare-scheduler/bind", extenderv1.ExtenderBindingArgs{PodName: "p"}, 400, "needs PodName"},
+		{"unknown inspect node", "GET", "/gpushare-scheduler/inspect/ghost", nil, 404, "ghost"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := e.do(tt.method, tt.path, tt.body)
+			if code != tt.code || !strings.Contains(string(body), tt.substr) {
+				t.Fatalf("%d %s, want %d containing %q", code, body, tt.code, tt.substr)
+			}
+			var v map[string]any
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatalf("error body is not JSON: %s", body)
+			}
+		})
+	}
+	// A pod with an invalid request fails every node with the reason, unresolvably.
+	names := []string{"n1"}
+	code, body := e.do("POST", "/gpushare-scheduler/filter", extenderv1.ExtenderArgs{Pod: negative, NodeNames: &names})
+	if code != 200 || !strings.Contains(string(body), "is negative") {
+		t.Fatalf("negative request: %d %s", code, body)
+	}
+}
+
+func TestPrioritize(t *testing.T) {
+	e := newEnv(t, gpuNode("empty", 16, 1), gpuNode("busy", 16, 1))
+	p := gpuPod("x", 8)
+	if _, err := e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := e.bind(p, "busy"); code != 200 {
+		t.Fatal(msg)
+	}
+	names := []string{"empty", "busy", "ghost"}
+	code, body := e.do("POST", "/gpushare-scheduler/prioritize", extenderv1.ExtenderArgs{Pod: gpuPod("q", 4), NodeNames: &names})
+	var res extenderv1.HostPriorityList
+	if err := json.Unmarshal(body, &res); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	if len(res) != 3 || res[1].Score <= res[0].Score || res[2].Score != 0 {
+		t.Fatalf("scores = %+v: want busy > empty, ghost 0", res)
+	}
+}
+
+func TestBindWritesAnnotationsAndInspect(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 32, 2))
+	ctx := context.Background()
+	p := gpuPod("p", 4)
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := e.bind(p, "n1"); code != 200 || msg != "" {
+		t.Fatalf("bind: %d %s", code, msg)
+	}
+	got, err := e.client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok, err := gpushare.DecodePodAssignment(got.Annotations)
+	if err != nil || !ok || got.Spec.NodeName != "n1" || a.GPUIndex != 0 || a.PodUnits != 4 || a.DevUnits != 16 || a.Assigned || a.AssumeTime == 0 {
+		t.Fatalf("pod after bind: node %q assignment %+v %v %v", got.Spec.NodeName, a, ok, err)
+	}
+	if _, has := got.Annotations[gpushare.AnnotationAllocation]; has {
+		t.Fatal("single-GPU pod got an allocation annotation")
+	}
+	if n := e.patches.Load(); n != 1 {
+		t.Fatalf("%d PATCHes, want 1", n)
+	}
+	// A retried bind of the same pod to the same node succeeds without new writes.
+	if code, msg := e.bind(p, "n1"); code != 200 {
+		t.Fatalf("idempotent rebind: %d %s", code, msg)
+	}
+	code, body := e.do("GET", "/gpushare-scheduler/inspect", nil)
+	want := `{"nodes":[{"name":"n1","totalGPU":32,"usedGPU":4,"devs":[{"id":0,"totalGPU":16,"usedGPU":4,"pods":[{"name":"p","namespace":"default","usedGPU":4}]},{"id":1,"totalGPU":16,"usedGPU":0,"pods":[]}]}]}` + "\n"
+	if code != 200 || string(body) != want {
+		t.Fatalf("inspect = %d\n%s\nwant\n%s", code, body, want)
+	}
+	code, body = e.do("GET", "/gpushare-scheduler/inspect/n1", nil)
+	if code != 200 || string(body) != want {
+		t.Fatalf("inspect/n1 = %d %s", code, body)
+	}
+	code, body = e.do("GET", "/metrics", nil)
+	for _, line := range []string{
+		`gpushare_extender_gpu_allocated_units{gpu="0",node="n1"} 4`,
+		`gpushare_extender_gpu_total_units{gpu="1",node="n1"} 16`,
+		`gpushare_extender_binds_total{outcome="bound"} 2`,
+		`gpushare_extender_request_duration_seconds_count{verb="bind"} 2`,
+	} {
+		if code != 200 || !strings.Contains(string(body), line) {
+			t.Errorf("metrics lack %q", line)
+		}
+	}
+	code, body = e.do("GET", "/version", nil)
+	if code != 200 || !strings.Contains(string(body), "v-test") {
+		t.Fatalf("version: %d %s", code, body)
+	}
+}
+
+func TestBindSplitPod(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 32, 2))
+	ctx := context.Background()
+	p := gpuPod("big", 10, 10)
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := e.bind(p, "n1"); code != 200 {
+		t.Fatalf("bind: %s", msg)
+	}
+	got, err := e.client.CoreV1().Pods("default").Get(ctx, "big", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[gpushare.AnnotationAllocation] != `{"0":{"0":10},"1":{"1":10}}` {
+		t.Fatalf("allocation = %q", got.Annotations[gpushare.AnnotationAllocation])
+	}
+	if _, has := got.Annotations[gpushare.AnnotationGPUIndex]; has {
+		t.Fatal("split pod without init containers got an IDX")
+	}
+}
+
+func TestBindFailures(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 16, 1))
+	ctx := context.Background()
+	p := gpuPod("p", 4)
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Wrong UID: refused, nothing written.
+	stale := p.DeepCopy()
+	stale.UID = "old"
+	if code, msg := e.bind(stale, "n1"); code != 500 || !strings.Contains(msg, "UID") {
+		t.Fatalf("stale UID: %d %s", code, msg)
+	}
+	// Unknown node: refused.
+	if code, msg := e.bind(p, "ghost"); code != 500 || !strings.Contains(msg, "not in the extender's cache") {
+		t.Fatalf("unknown node: %d %s", code, msg)
+	}
+	// Conflicts on PATCH are retried.
+	var conflicts atomic.Int32
+	e.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts.Add(1) <= 2 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("try again"))
+		}
+		return false, nil, nil
+	})
+	// The Binding POST fails: the assumption must be forgotten.
+	var bindErr atomic.Bool
+	bindErr.Store(true)
+	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" && bindErr.Load() {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is sad"))
+		}
+		return false, nil, nil
+	})
+	if code, msg := e.bind(p, "n1"); code != 500 || !strings.Contains(msg, "etcd is sad") {
+		t.Fatalf("bind error: %d %s", code, msg)
+	}
+	if conflicts.Load() != 3 {
+		t.Fatalf("%d PATCH attempts, want 3 (two conflicts, one success)", conflicts.Load())
+	}
+	if n, _ := e.cache.Node("n1"); n.GPUs[0].Used != 0 {
+		t.Fatalf("failed bind still charged: %d", n.GPUs[0].Used)
+	}
+	bindErr.Store(false)
+	if code, msg := e.bind(p, "n1"); code != 200 {
+		t.Fatalf("bind after recovery: %s", msg)
+	}
+	code, body := e.do("GET", "/metrics", nil)
+	if code != 200 || !strings.Contains(string(body), `gpushare_extender_binds_total{outcome="error"} 3`) {
+		t.Fatalf("metrics: %s", body)
+	}
+}
+
+// TestConcurrentBindsNeverOvercommit binds many pods at once onto one node:
+// the binds that succeed must fit together, whatever the interleaving.
+func TestConcurrentBindsNeverOvercommit(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 32, 2))
+	ctx := context.Background()
+	var pods []*corev1.Pod
+	for i := range 12 {
+		p := gpuPod(fmt.Sprintf("p%d", i), int64(3+i%3)) // 3, 4, 5 units
+		if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		wg.Go(func() { e.bind(p, "n1") })
+	}
+	wg.Wait()
+	list, err := e.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[int]uint64{}
+	bound := 0
+	for _, p := range list.Items {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		bound++
+		a, ok, err := gpushare.DecodePodAssignment(p.Annotations)
+		if err != nil || !ok {
+			t.Fatalf("bound pod %s without assignment: %v", p.Name, err)
+		}
+		used[a.GPUIndex] += a.PodUnits
+	}
+	for g, u := range used {
+		if u > 16 {
+			t.Fatalf("GPU %d over-committed: %d > 16", g, u)
+		}
+	}
+	if bound == 0 {
+		t.Fatal("nothing bound")
+	}
+}
+
+// stubCache reports not-synced, for /readyz.
+type stubCache struct{ Cache }
+
+func (stubCache) HasSynced() bool { return false }
+
+func TestNotReady(t *testing.T) {
+	s, err := New(Config{Cache: stubCache{}, Binder: binder.New(binder.Config{}), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/readyz", "/gpushare-scheduler/filter", "/gpushare-scheduler/bind"} {
+		method := "POST"
+		if path == "/readyz" {
+			method = "GET"
+		}
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader("{}")))
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("%s = %d, want 503", path, rec.Code)
+		}
+	}
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 {
+		t.Errorf("healthz = %d", rec.Code)
+	}
+}
