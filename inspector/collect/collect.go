@@ -1,0 +1,309 @@
+package collect
+
+import (
+	"cmp"
+	"errors"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// unknownAddress is what the old CLI printed for a node without an InternalIP.
+const unknownAddress = "unknown"
+
+// IsSharingNode reports whether the inspector considers node: allocatable
+// aliyun.com/gpu-mem > 0, the old CLI's rule (labels are not required, so a
+// node whose label was forgotten still shows up).
+func IsSharingNode(node *corev1.Node) bool {
+	q, ok := node.Status.Allocatable[gpushare.ResourceName]
+	return ok && q.Sign() > 0
+}
+
+// IsActivePod reports whether pod may still hold GPU memory: not Succeeded or Failed.
+func IsActivePod(pod *corev1.Pod) bool {
+	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// nodeAcc accumulates one node while pods are charged to it.
+type nodeAcc struct {
+	node          Node
+	gpus          map[int]*GPU
+	published     bool   // GPUs come from gpushare.io/gpus
+	publishedUnit string // the unit that annotation counts in
+	count         uint64 // aliyun.com/gpu-count, for the old unit guess
+}
+
+// Build recomputes the report from nodes and pods as listed by the API
+// server. Nodes that are not sharing nodes and pods that are finished, not
+// bound to a listed node or ask for no gpu-mem are ignored; the rest that
+// cannot be read are reported in Report.Skipped. Neither input is modified.
+func Build(nodes []corev1.Node, pods []corev1.Pod) *Report {
+	r := &Report{Nodes: []Node{}}
+	byName := make(map[string]*nodeAcc, len(nodes))
+	var order []*nodeAcc
+	for i := range nodes {
+		n := &nodes[i]
+		if !IsSharingNode(n) {
+			continue
+		}
+		if _, dup := byName[n.Name]; dup {
+			continue
+		}
+		acc := newNode(n, r)
+		byName[n.Name] = acc
+		order = append(order, acc)
+	}
+	for i := range pods {
+		p := &pods[i]
+		acc := byName[p.Spec.NodeName]
+		if acc == nil || !IsActivePod(p) {
+			continue
+		}
+		addPod(acc, p, r)
+	}
+	slices.SortFunc(order, func(a, b *nodeAcc) int { return cmp.Compare(a.node.Name, b.node.Name) })
+	r.Unit = unitLabel(order)
+	for _, acc := range order {
+		n := acc.finish()
+		r.Total += n.Total
+		r.Allocated += n.Allocated
+		r.Nodes = append(r.Nodes, n)
+	}
+	r.AllocatedPercent = percent(r.Allocated, r.Total)
+	slices.SortFunc(r.Skipped, func(a, b Skipped) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return r
+}
+
+// newNode reads a node's totals and GPUs: per GPU from gpushare.io/gpus when
+// the device plugin published it, else node total / aliyun.com/gpu-count.
+func newNode(n *corev1.Node, r *Report) *nodeAcc {
+	acc := &nodeAcc{
+		node: Node{Name: n.Name, Address: address(n), Total: quantityUnits(n.Status.Allocatable, gpushare.ResourceName)},
+		gpus: map[int]*GPU{},
+	}
+	if raw, ok := n.Annotations[gpushare.AnnotationNodeGPUs]; ok {
+		desc, err := gpushare.DecodeNodeGPUs(raw)
+		if err == nil {
+			acc.published, acc.publishedUnit = true, desc.Unit.String()
+			for _, g := range desc.GPUs {
+				acc.gpus[g.Index] = &GPU{Index: g.Index, Total: g.Units, Healthy: g.Healthy, Reason: g.Reason, Model: g.Model, UUID: g.UUID, Known: true}
+			}
+			return acc
+		}
+		r.Skipped = append(r.Skipped, Skipped{Kind: KindNode, Name: n.Name,
+			Reason: "annotation " + gpushare.AnnotationNodeGPUs + " ignored, GPU sizes derived from the node total: " + err.Error()})
+	}
+	count := quantityUnits(n.Status.Allocatable, gpushare.ResourceCount)
+	count = min(count, gpushare.MaxGPUsPerNode)
+	acc.count = count
+	for i := range int(count) {
+		acc.gpus[i] = &GPU{Index: i, Total: acc.node.Total / count, Healthy: true, Known: true}
+	}
+	return acc
+}
+
+// quantityUnits reads a non-negative whole resource value; anything else counts as 0.
+func quantityUnits(list corev1.ResourceList, name corev1.ResourceName) uint64 {
+	q, ok := list[name]
+	if !ok || q.Sign() <= 0 {
+		return 0
+	}
+	v, ok := q.AsInt64()
+	if !ok {
+		return 0
+	}
+	return uint64(v)
+}
+
+// address returns the node's InternalIP, as the old CLI's summary did.
+func address(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return unknownAddress
+}
+
+// addPod charges pod to its node, or records why it cannot.
+func addPod(acc *nodeAcc, pod *corev1.Pod, r *Report) {
+	skip := func(err error) {
+		r.Skipped = append(r.Skipped, Skipped{Kind: KindPod, Namespace: pod.Namespace, Name: pod.Name, Reason: err.Error()})
+	}
+	reqs, err := gpushare.ContainerRequests(pod)
+	if err != nil {
+		skip(err)
+		return
+	}
+	units := gpushare.PodUnits(reqs)
+	if units == 0 {
+		return
+	}
+	asg, placed, err := gpushare.DecodePodAssignment(pod.Annotations)
+	if err != nil {
+		skip(err)
+		return
+	}
+	var envs gpushare.ContainerEnvs
+	if raw, ok := pod.Annotations[gpushare.AnnotationContainerEnv]; ok {
+		if envs, err = gpushare.DecodeContainerEnvs(raw); err != nil {
+			// The charge still reads from the assignment; only the limits are unknown.
+			skip(errors.New("annotation " + gpushare.AnnotationContainerEnv + " ignored: " + err.Error()))
+			envs = nil
+		}
+	}
+	p := Pod{Namespace: pod.Namespace, Name: pod.Name, Units: units, Pending: !placed, Assigned: asg.Assigned, GPUs: []GPUCharge{}}
+	if !placed {
+		acc.node.Pending += units
+		p.Containers = containers(reqs, nil, asg, false, envs)
+		acc.node.Pods = append(acc.node.Pods, p)
+		return
+	}
+	gpuOf, err := containerGPUs(asg, reqs)
+	if err != nil {
+		skip(err)
+		return
+	}
+	for g, u := range charges(reqs, gpuOf) {
+		p.GPUs = append(p.GPUs, GPUCharge{Index: g, Units: u})
+		acc.gpu(g).Allocated += u
+	}
+	slices.SortFunc(p.GPUs, func(a, b GPUCharge) int { return a.Index - b.Index })
+	p.Containers = containers(reqs, gpuOf, asg, true, envs)
+	acc.node.Pods = append(acc.node.Pods, p)
+}
+
+// reqKey names a container across both container lists.
+type reqKey struct {
+	init  bool
+	index int
+}
+
+// containerGPUs places every gpu-mem container, init ones included, by the
+// contract's rule (PodAssignment.GPUFor), so the charge is the one the
+// extender and the device plugin act on.
+func containerGPUs(asg gpushare.PodAssignment, reqs []gpushare.ContainerRequest) (map[reqKey]int, error) {
+	// ContainerGPUs also rejects an allocation charging a container that asks for nothing.
+	regular, err := asg.ContainerGPUs(reqs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[reqKey]int, len(reqs))
+	for _, c := range reqs {
+		if !c.Init {
+			out[reqKey{false, c.Index}] = regular[c.Index]
+			continue
+		}
+		g, err := asg.GPUFor(c)
+		if err != nil {
+			return nil, err
+		}
+		out[reqKey{c.Init, c.Index}] = g
+	}
+	return out, nil
+}
+
+// charges applies the Kubernetes request rule per GPU to the containers
+// placed on it, as the extender charges a pod: with one GPU the pod's whole
+// request; split across GPUs, init containers peak on their own GPU instead
+// of being summed with the regular containers.
+func charges(reqs []gpushare.ContainerRequest, gpuOf map[reqKey]int) map[int]uint64 {
+	byGPU := map[int][]gpushare.ContainerRequest{}
+	for _, c := range reqs {
+		g := gpuOf[reqKey{c.Init, c.Index}]
+		byGPU[g] = append(byGPU[g], c)
+	}
+	out := make(map[int]uint64, len(byGPU))
+	for g, cs := range byGPU {
+		out[g] = gpushare.PodUnits(cs)
+	}
+	return out
+}
+
+// containers describes each gpu-mem container with what the device plugin
+// recorded for it.
+func containers(reqs []gpushare.ContainerRequest, gpuOf map[reqKey]int, asg gpushare.PodAssignment, placed bool, envs gpushare.ContainerEnvs) []Container {
+	out := make([]Container, 0, len(reqs))
+	for _, c := range reqs {
+		ct := Container{Name: c.Name, Init: c.Init, Units: c.Units, State: StateNotAllocated}
+		var gpu int
+		if placed {
+			gpu = gpuOf[reqKey{c.Init, c.Index}]
+			ct.GPU = &gpu
+		}
+		env, recorded := envs[c.Name]
+		switch {
+		case recorded:
+			ct.Env = env.Map()
+			ct.State = StateAllocated
+			if !placed || env.GPUIndex != gpu || env.ContainerUnits != c.Units {
+				ct.State = StateMismatch
+			}
+		case asg.Assigned:
+			ct.State = StateUnrecorded
+		}
+		out = append(out, ct)
+	}
+	return out
+}
+
+// gpu returns GPU index g, adding an unknown one when the node does not list
+// it: its usage still counts, so node totals match what pods hold.
+func (acc *nodeAcc) gpu(g int) *GPU {
+	if x, ok := acc.gpus[g]; ok {
+		return x
+	}
+	x := &GPU{Index: g, Healthy: true}
+	acc.gpus[g] = x
+	return x
+}
+
+// finish sorts and sums the node.
+func (acc *nodeAcc) finish() Node {
+	n := acc.node
+	n.GPUSizes = SizesDerived
+	if acc.published {
+		n.GPUSizes = SizesPublished
+	}
+	n.GPUs = make([]GPU, 0, len(acc.gpus))
+	for _, i := range slices.Sorted(maps.Keys(acc.gpus)) {
+		g := *acc.gpus[i]
+		n.GPUs = append(n.GPUs, g)
+		n.Allocated += g.Allocated
+	}
+	n.Allocated += n.Pending
+	n.AllocatedPercent = percent(n.Allocated, n.Total)
+	if n.Pods == nil {
+		n.Pods = []Pod{}
+	}
+	slices.SortFunc(n.Pods, func(a, b Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return n
+}
+
+// unitLabel names the memory unit: the unit the device plugin published on
+// the first node (by name) that has gpushare.io/gpus, else the old CLI's
+// guess on the first node with GPUs (per-GPU total > 100 means MiB), else
+// GiB, the plugin's default.
+func unitLabel(nodes []*nodeAcc) string {
+	for _, acc := range nodes {
+		if acc.published {
+			return acc.publishedUnit
+		}
+	}
+	for _, acc := range nodes {
+		if acc.count > 0 {
+			if acc.node.Total/acc.count > 100 {
+				return gpushare.MiB.String()
+			}
+			return gpushare.GiB.String()
+		}
+	}
+	return gpushare.GiB.String()
+}

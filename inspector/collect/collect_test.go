@@ -1,0 +1,148 @@
+package collect_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpushare/gpushare/inspector/collect"
+	"github.com/gpushare/gpushare/inspector/internal/fixture"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+func TestPercentTruncatesExactly(t *testing.T) {
+	// float64 arithmetic, as the old CLI used, gives 28.999999999999996 here.
+	r := collect.Build([]corev1.Node{fixture.Node("n", "1.1.1.1", 100, 1)},
+		[]corev1.Pod{fixture.SimplePod("d", "p", "n", 29, 0, 100, true)})
+	if r.AllocatedPercent != 29 || r.Nodes[0].AllocatedPercent != 29 {
+		t.Errorf("percent %d/%d, want 29", r.AllocatedPercent, r.Nodes[0].AllocatedPercent)
+	}
+	r = collect.Build([]corev1.Node{fixture.Node("n", "1.1.1.1", 3, 1)},
+		[]corev1.Pod{fixture.SimplePod("d", "p", "n", 2, 0, 3, true)})
+	if r.AllocatedPercent != 66 {
+		t.Errorf("2/3 is %d%%, want 66", r.AllocatedPercent)
+	}
+}
+
+func TestWhichNodesAndPodsCount(t *testing.T) {
+	done := fixture.SimplePod("d", "done", "n", 4, 0, 15, true)
+	done.Status.Phase = corev1.PodSucceeded
+	failed := fixture.SimplePod("d", "failed", "n", 4, 0, 15, true)
+	failed.Status.Phase = corev1.PodFailed
+	noGPU := fixture.Pod("d", "cpu", "n", fixture.Container("c", 0))
+	elsewhere := fixture.SimplePod("d", "elsewhere", "cpu-node", 4, 0, 15, true)
+	unbound := fixture.SimplePod("d", "unbound", "", 4, -1, 0, false)
+	r := collect.Build(
+		[]corev1.Node{fixture.Node("n", "", 15, 1), fixture.Node("cpu-node", "1.2.3.4", 0, 0)},
+		[]corev1.Pod{done, failed, noGPU, elsewhere, unbound, fixture.SimplePod("d", "live", "n", 4, 0, 15, true)})
+	if len(r.Nodes) != 1 || r.Nodes[0].Name != "n" || r.Nodes[0].Address != "unknown" {
+		t.Fatalf("nodes %+v", r.Nodes)
+	}
+	if n := r.Nodes[0]; len(n.Pods) != 1 || n.Pods[0].Name != "live" || n.Allocated != 4 {
+		t.Errorf("pods %+v allocated %d, want only live, 4", n.Pods, n.Allocated)
+	}
+}
+
+func TestKubernetesRequestRule(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	p := fixture.Pod("d", "p", "n", fixture.Container("a", 2), fixture.Container("b", 3))
+	side := fixture.Container("side", 1)
+	side.RestartPolicy = &always
+	p.Spec.InitContainers = []corev1.Container{fixture.Container("big-init", 9), side}
+	p = fixture.Assign(p, gpushare.PodAssignment{GPUIndex: 0, PodUnits: 9, DevUnits: 15, AssumeTime: 1})
+	r := collect.Build([]corev1.Node{fixture.Node("n", "", 15, 1)}, []corev1.Pod{p})
+	// max(big-init 9, a+b+side 6) = 9, as the scheduler and the extender count it; the old CLI said 5.
+	if got := r.Nodes[0].Pods[0].Units; got != 9 || r.Nodes[0].GPUs[0].Allocated != 9 {
+		t.Errorf("units %d, GPU0 %d; want 9", got, r.Nodes[0].GPUs[0].Allocated)
+	}
+}
+
+func TestSplitChargesPerGPU(t *testing.T) {
+	p := fixture.Pod("d", "p", "n", fixture.Container("a", 2), fixture.Container("b", 3))
+	p.Spec.InitContainers = []corev1.Container{fixture.Container("i", 4)}
+	p = fixture.Assign(p, gpushare.PodAssignment{GPUIndex: 1, PodUnits: 5, DevUnits: 15, AssumeTime: 1,
+		Allocation: gpushare.Allocation{0: {0: 2}, 1: {1: 3}}})
+	r := collect.Build([]corev1.Node{fixture.Node("n", "", 30, 2)}, []corev1.Pod{p})
+	n := r.Nodes[0]
+	// GPU1 holds b and the init container (on the index GPU): max(4, 3) = 4.
+	if n.GPUs[0].Allocated != 2 || n.GPUs[1].Allocated != 4 || n.Allocated != 6 {
+		t.Errorf("GPUs %+v allocated %d, want 2 and 4", n.GPUs, n.Allocated)
+	}
+}
+
+func TestMalformedInputIsSkippedNotFatal(t *testing.T) {
+	good := fixture.SimplePod("d", "good", "n", 1, 0, 15, true)
+	badIdx := fixture.WithPodAnnotation(fixture.SimplePod("d", "bad-idx", "n", 2, 0, 15, true), gpushare.AnnotationGPUIndex, "-1")
+	badAlloc := fixture.WithPodAnnotation(fixture.SimplePod("d", "bad-alloc", "n", 2, 0, 15, true), gpushare.AnnotationAllocation, `{"0":`)
+	badEnv := fixture.WithPodAnnotation(fixture.SimplePod("d", "bad-env", "n", 3, 0, 15, true), gpushare.AnnotationContainerEnv, "[]")
+	wrongAlloc := fixture.Assign(fixture.SimplePod("d", "wrong-alloc", "n", 2, -1, 0, false),
+		gpushare.PodAssignment{GPUIndex: 0, PodUnits: 2, DevUnits: 15, AssumeTime: 1, Allocation: gpushare.Allocation{0: {0: 5}}})
+	badQty := fixture.Pod("d", "bad-qty", "n", fixture.Container("c", 1))
+	badQty.Spec.Containers[0].Resources.Limits[gpushare.ResourceName] = resource.MustParse("1500m")
+	node := fixture.WithAnnotation(fixture.Node("n", "", 30, 2), gpushare.AnnotationNodeGPUs, `{"unit":"3GiB"}`)
+
+	r := collect.Build([]corev1.Node{node}, []corev1.Pod{good, badIdx, badAlloc, badEnv, wrongAlloc, badQty})
+	var skipped []string
+	for _, s := range r.Skipped {
+		skipped = append(skipped, s.Kind+" "+s.Name)
+	}
+	want := "Node n,Pod bad-alloc,Pod bad-env,Pod bad-idx,Pod bad-qty,Pod wrong-alloc"
+	if strings.Join(skipped, ",") != want {
+		t.Errorf("skipped %v, want %s", skipped, want)
+	}
+	n := r.Nodes[0]
+	// bad-env keeps its charge: only its limits are unknown.
+	if n.Allocated != 4 || len(n.Pods) != 2 || n.GPUSizes != collect.SizesDerived || n.GPUs[1].Total != 15 {
+		t.Errorf("node %+v", n)
+	}
+}
+
+func TestUnknownGPUStillCounts(t *testing.T) {
+	r := collect.Build([]corev1.Node{fixture.Node("n", "", 15, 1)}, []corev1.Pod{fixture.SimplePod("d", "p", "n", 3, 2, 15, true)})
+	n := r.Nodes[0]
+	if len(n.GPUs) != 2 || n.GPUs[1].Index != 2 || n.GPUs[1].Known || n.Allocated != 3 {
+		t.Errorf("GPUs %+v allocated %d", n.GPUs, n.Allocated)
+	}
+}
+
+func TestUnitLabel(t *testing.T) {
+	desc := gpushare.NodeGPUs{Unit: 256, GPUs: []gpushare.GPUInfo{{Index: 0, Units: 320, Healthy: true}}}
+	cases := []struct {
+		name  string
+		nodes []corev1.Node
+		want  string
+	}{
+		{"empty", nil, "GiB"},
+		{"GiB guess", []corev1.Node{fixture.Node("a", "", 100, 1)}, "GiB"},
+		{"MiB guess", []corev1.Node{fixture.Node("a", "", 202, 2)}, "MiB"},
+		{"no count: default", []corev1.Node{fixture.Node("a", "", 16000, 0)}, "GiB"},
+		{"published wins", []corev1.Node{fixture.Node("a", "", 16000, 1), fixture.WithGPUs(fixture.Node("b", "", 320, 1), desc)}, "256MiB"},
+	}
+	for _, tc := range cases {
+		if got := collect.Build(tc.nodes, nil).Unit; got != tc.want {
+			t.Errorf("%s: unit %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzBuild feeds arbitrary annotation values: Build must never panic and
+// must account every charged unit in the node total.
+func FuzzBuild(f *testing.F) {
+	f.Add("0", `{"0":{"1":2}}`, `{"main":{"gpu":0,"pod":2,"container":2,"dev":15}}`, `{"unit":"GiB","gpus":[{"index":0,"units":15,"healthy":true}]}`)
+	f.Add("63", "{}", "{}", "null")
+	f.Fuzz(func(t *testing.T, idx, alloc, env, gpus string) {
+		p := fixture.Pod("d", "p", "n", fixture.Container("main", 2))
+		p.Annotations = map[string]string{gpushare.AnnotationGPUIndex: idx, gpushare.AnnotationAllocation: alloc, gpushare.AnnotationContainerEnv: env}
+		node := fixture.WithAnnotation(fixture.Node("n", "", 30, 2), gpushare.AnnotationNodeGPUs, gpus)
+		r := collect.Build([]corev1.Node{node}, []corev1.Pod{p})
+		var sum uint64
+		for _, g := range r.Nodes[0].GPUs {
+			sum += g.Allocated
+		}
+		if sum+r.Nodes[0].Pending != r.Nodes[0].Allocated {
+			t.Errorf("GPU sum %d + pending %d != allocated %d", sum, r.Nodes[0].Pending, r.Nodes[0].Allocated)
+		}
+	})
+}

@@ -1,0 +1,154 @@
+package collect
+
+// Report is everything the inspector shows; its JSON form is the stable
+// machine-readable schema documented in docs/inspector.md, so field names
+// and meanings only ever grow.
+type Report struct {
+	// Unit labels every memory number: GiB, MiB or <n>MiB.
+	Unit string `json:"unit"`
+	// Total is the sum of the nodes' allocatable aliyun.com/gpu-mem.
+	Total uint64 `json:"total"`
+	// Allocated is the sum of the nodes' Allocated.
+	Allocated uint64 `json:"allocated"`
+	// AllocatedPercent is Allocated*100/Total, truncated; 0 when Total is 0.
+	AllocatedPercent uint64 `json:"allocatedPercent"`
+	// Nodes are the GPU-sharing nodes, sorted by name.
+	Nodes []Node `json:"nodes"`
+	// Skipped lists what could not be read and was left out of the numbers.
+	Skipped []Skipped `json:"skipped,omitempty"`
+}
+
+// Node is one GPU-sharing node.
+type Node struct {
+	Name string `json:"name"`
+	// Address is the node's InternalIP, or "unknown" as the old CLI printed.
+	Address string `json:"address"`
+	// Total is the node's allocatable aliyun.com/gpu-mem.
+	Total uint64 `json:"total"`
+	// Allocated is the units charged on the node's GPUs plus Pending.
+	Allocated uint64 `json:"allocated"`
+	// AllocatedPercent is Allocated*100/Total, truncated.
+	AllocatedPercent uint64 `json:"allocatedPercent"`
+	// Pending is the units of pods bound to the node without a GPU assignment.
+	Pending uint64 `json:"pending"`
+	// GPUSizes says where the per-GPU totals come from: "published" (our
+	// gpushare.io/gpus node annotation) or "derived" (node total divided by
+	// aliyun.com/gpu-count, the old CLI's rule).
+	GPUSizes string `json:"gpuSizes"`
+	// GPUs are sorted by index.
+	GPUs []GPU `json:"gpus"`
+	// Pods are the pods charged on this node, sorted by namespace then name.
+	Pods []Pod `json:"pods"`
+}
+
+// Where per-GPU totals come from, see Node.GPUSizes.
+const (
+	// SizesPublished: from the device plugin's gpushare.io/gpus annotation.
+	SizesPublished = "published"
+	// SizesDerived: node total / GPU count, as the old CLI and extender did.
+	SizesDerived = "derived"
+)
+
+// GPU is one physical GPU of a node.
+type GPU struct {
+	Index int `json:"index"`
+	// Total is the GPU's memory in units; 0 for a GPU the node does not
+	// describe but a pod's annotations name (see Known).
+	Total     uint64 `json:"total"`
+	Allocated uint64 `json:"allocated"`
+	// Healthy is false only when the device plugin published the GPU as unhealthy.
+	Healthy bool   `json:"healthy"`
+	Reason  string `json:"reason,omitempty"`
+	Model   string `json:"model,omitempty"`
+	UUID    string `json:"uuid,omitempty"`
+	// Known is false when the node does not list this GPU index, yet pods are charged on it.
+	Known bool `json:"known"`
+}
+
+// Pod is one pod holding or waiting for GPU memory on a node.
+type Pod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Units is the pod's request by the Kubernetes rule (init and sidecar containers included).
+	Units uint64 `json:"units"`
+	// Pending is true when the pod is bound to the node without a GPU assignment.
+	Pending bool `json:"pending"`
+	// Assigned mirrors ALIYUN_COM_GPU_MEM_ASSIGNED: the device plugin served the pod.
+	Assigned bool `json:"assigned"`
+	// GPUs are the units charged per GPU, sorted by index; empty when Pending.
+	GPUs []GPUCharge `json:"gpus"`
+	// Containers are the containers asking for gpu-mem: init containers
+	// first, then regular ones, each in spec order.
+	Containers []Container `json:"containers"`
+}
+
+// GPUCharge is the units a pod holds on one GPU.
+type GPUCharge struct {
+	Index int    `json:"index"`
+	Units uint64 `json:"units"`
+}
+
+// Container states, see Container.State.
+const (
+	// StateAllocated: the device plugin recorded this container's environment and it matches the assignment.
+	StateAllocated = "allocated"
+	// StateNotAllocated: no environment recorded yet (the kubelet has not started the container).
+	StateNotAllocated = "not-allocated"
+	// StateMismatch: the recorded environment names another GPU or other units than the assignment.
+	StateMismatch = "mismatch"
+	// StateUnrecorded: the pod is marked assigned but no per-container record exists (an older device plugin served it).
+	StateUnrecorded = "unrecorded"
+)
+
+// Container is one container asking for gpu-mem.
+type Container struct {
+	Name string `json:"name"`
+	Init bool   `json:"init"`
+	// Units is the container's own request.
+	Units uint64 `json:"units"`
+	// GPU is the GPU the pod's annotations give this container; absent while the pod is pending.
+	GPU *int `json:"gpu,omitempty"`
+	// State is one of allocated, not-allocated, mismatch, unrecorded.
+	State string `json:"state"`
+	// Env is the gpushare environment the device plugin gave the container
+	// (from the gpushare.io/container-env pod annotation); absent when none was recorded.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Skipped is an object left out of the report, and why.
+type Skipped struct {
+	Kind      string `json:"kind"` // Node or Pod
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Reason    string `json:"reason"`
+}
+
+// String reads "pod ns/name: reason" or "node name: reason".
+func (s Skipped) String() string {
+	name := s.Name
+	if s.Namespace != "" {
+		name = s.Namespace + "/" + s.Name
+	}
+	kind := "node"
+	if s.Kind == KindPod {
+		kind = "pod"
+	}
+	return kind + " " + name + ": " + s.Reason
+}
+
+// Kinds of skipped objects.
+const (
+	// KindNode marks a skipped or partly read node.
+	KindNode = "Node"
+	// KindPod marks a skipped pod.
+	KindPod = "Pod"
+)
+
+// percent truncates as the contract requires, in integers: the old CLI's
+// float64 arithmetic printed 28% for 29/100.
+func percent(part, whole uint64) uint64 {
+	if whole == 0 {
+		return 0
+	}
+	return part * 100 / whole
+}

@@ -1,0 +1,253 @@
+package render_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/inspector/collect"
+	"github.com/gpushare/gpushare/inspector/internal/fixture"
+	"github.com/gpushare/gpushare/inspector/render"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// The contract's samples (docs/contract.md section 5), verbatim.
+const (
+	contractSummaryOneGPU = "" +
+		"NAME                                IPADDRESS     GPU0(Allocated/Total)  GPU Memory(GiB)\n" +
+		"cn-shanghai.i-uf61h64dz1tmlob9hmtb  192.168.0.71  6/15                   6/15\n" +
+		"cn-shanghai.i-uf61h64dz1tmlob9hmtc  192.168.0.70  3/15                   3/15\n" +
+		"------------------------------------------------------------------------------\n" +
+		"Allocated/Total GPU Memory In Cluster:\n" +
+		"9/30 (30%)  \n"
+	contractSummaryPending = "" +
+		"NAME    IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  PENDING(Allocated)  GPU Memory(GiB)\n" +
+		"node-a  10.0.0.1   4/15                   6/15                   2                   12/30\n" +
+		"node-b  10.0.0.2   10/15                  0/0                                        10/15\n" +
+		"------------------------------------------------------\n" +
+		"Allocated/Total GPU Memory In Cluster:\n" +
+		"22/45 (48%)  \n"
+	// The details sample shows the first node's block and the cluster line;
+	// the second node's block, elided in the contract, sits between them.
+	contractDetailsFirstNode = "" +
+		"\n" +
+		"NAME:       cn-shanghai.i-uf61h64dz1tmlob9hmtb\n" +
+		"IPADDRESS:  192.168.0.71\n" +
+		"\n" +
+		"NAME         NAMESPACE  GPU0(Allocated)  \n" +
+		"binpack-1-0  default    3                \n" +
+		"binpack-1-1  default    3                \n" +
+		"Allocated :  6 (40%)    \n" +
+		"Total :      15         \n" +
+		"--------------------------------------------------------\n"
+	contractDetailsFooter = "" +
+		"\n" +
+		"\n" +
+		"Allocated/Total GPU Memory In Cluster:  9/30 (30%)  \n"
+)
+
+// contractOneGPU is the cluster behind the first summary and the details sample.
+func contractOneGPU() ([]corev1.Node, []corev1.Pod) {
+	b, c := "cn-shanghai.i-uf61h64dz1tmlob9hmtb", "cn-shanghai.i-uf61h64dz1tmlob9hmtc"
+	// Listed in an order the output must not follow.
+	return []corev1.Node{fixture.Node(c, "192.168.0.70", 15, 1), fixture.Node(b, "192.168.0.71", 15, 1)},
+		[]corev1.Pod{
+			fixture.SimplePod("default", "binpack-1-1", b, 3, 0, 15, true),
+			fixture.SimplePod("default", "binpack-1-2", c, 3, 0, 15, true),
+			fixture.SimplePod("default", "binpack-1-0", b, 3, 0, 15, true),
+		}
+}
+
+// contractPending is the cluster behind the second summary sample.
+func contractPending() ([]corev1.Node, []corev1.Pod) {
+	return []corev1.Node{fixture.Node("node-b", "10.0.0.2", 15, 1), fixture.Node("node-a", "10.0.0.1", 30, 2)},
+		[]corev1.Pod{
+			fixture.SimplePod("default", "a-0", "node-a", 4, 0, 15, true),
+			fixture.SimplePod("default", "a-1", "node-a", 6, 1, 15, true),
+			fixture.SimplePod("default", "a-pending", "node-a", 2, -1, 0, false),
+			fixture.SimplePod("team", "b-0", "node-b", 10, 0, 15, true),
+		}
+}
+
+// published describes GPUs of the given sizes; unhealthy lists indices marked bad.
+func published(unit gpushare.Unit, sizes []uint64, unhealthy ...int) gpushare.NodeGPUs {
+	d := gpushare.NodeGPUs{Unit: unit}
+	for i, s := range sizes {
+		g := gpushare.GPUInfo{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "NVIDIA A100", Units: s, Healthy: true}
+		for _, b := range unhealthy {
+			if b == i {
+				g.Healthy, g.Reason = false, "XID 79: fallen off the bus"
+			}
+		}
+		d.GPUs = append(d.GPUs, g)
+	}
+	return d
+}
+
+// richCluster has every feature at once: mixed sizes, an unhealthy GPU, a
+// split multi-container pod with an init container, a pending pod, recorded
+// limits, a not-yet-allocated container and a mismatching record.
+func richCluster() ([]corev1.Node, []corev1.Pod) {
+	mixed := fixture.WithGPUs(fixture.Node("gpu-mixed", "10.1.0.1", 15+31, 2), published(gpushare.GiB, []uint64{15, 31}, 1))
+	old := fixture.Node("gpu-old", "10.1.0.2", 30, 2)
+
+	split := fixture.Pod("ml", "trainer", "gpu-mixed",
+		fixture.Container("main", 4), fixture.Container("sidecar", 6), fixture.Container("log", 0))
+	split.Spec.InitContainers = []corev1.Container{fixture.Container("warmup", 8)}
+	split = fixture.Assign(split, gpushare.PodAssignment{GPUIndex: 0, PodUnits: 10, DevUnits: 15, Assigned: false, AssumeTime: 1,
+		Allocation: gpushare.Allocation{0: {0: 4}, 1: {1: 6}}})
+	split = fixture.Record(split, gpushare.ContainerEnvs{
+		"warmup": {GPUIndex: 0, PodUnits: 10, ContainerUnits: 8, DevUnits: 15},
+		"main":   {GPUIndex: 0, PodUnits: 10, ContainerUnits: 4, DevUnits: 15, DisableIsolation: true},
+	})
+	wrong := fixture.Record(fixture.SimplePod("ml", "swapped", "gpu-mixed", 2, 1, 31, true),
+		gpushare.ContainerEnvs{"main": {GPUIndex: 0, PodUnits: 2, ContainerUnits: 2, DevUnits: 15}})
+	return []corev1.Node{old, mixed, fixture.Node("cpu-only", "10.1.0.3", 0, 0)},
+		[]corev1.Pod{
+			split, wrong,
+			fixture.SimplePod("ml", "waiting", "gpu-mixed", 3, -1, 0, false),
+			fixture.SimplePod("default", "legacy", "gpu-old", 5, 1, 15, true),
+			fixture.SimplePod("default", "on-cpu", "cpu-only", 1, 0, 1, true),
+		}
+}
+
+func TestGolden(t *testing.T) {
+	type renderFunc func(w *bytes.Buffer, r *collect.Report) error
+	summary := func(w *bytes.Buffer, r *collect.Report) error { return render.Summary(w, r) }
+	details := func(w *bytes.Buffer, r *collect.Report) error { return render.Details(w, r) }
+	jsonOut := func(w *bytes.Buffer, r *collect.Report) error { return render.JSON(w, r) }
+	yamlOut := func(w *bytes.Buffer, r *collect.Report) error { return render.YAML(w, r) }
+	cluster := func(f func() ([]corev1.Node, []corev1.Pod)) func() ([]corev1.Node, []corev1.Pod) { return f }
+	cases := []struct {
+		golden  string
+		cluster func() ([]corev1.Node, []corev1.Pod)
+		render  renderFunc
+	}{
+		{"contract-summary.txt", contractOneGPU, summary},
+		{"contract-summary-pending.txt", contractPending, summary},
+		{"contract-details.txt", contractOneGPU, details},
+		{"empty-summary.txt", cluster(func() ([]corev1.Node, []corev1.Pod) { return nil, nil }), summary},
+		{"empty-details.txt", cluster(func() ([]corev1.Node, []corev1.Pod) { return nil, nil }), details},
+		{"multi-gpu-pending-details.txt", contractPending, details},
+		{"mixed-summary.txt", richCluster, summary},
+		{"mixed-details.txt", richCluster, details},
+		{"mixed.json", richCluster, jsonOut},
+		{"mixed.yaml", richCluster, yamlOut},
+		{"mib-summary.txt", mibCluster, summary},
+		{"mib-details.txt", mibCluster, details},
+		{"multi-container-old-node-details.txt", multiContainerOldNode, details},
+		{"unhealthy-summary.txt", unhealthyCluster, summary},
+		{"unhealthy-details.txt", unhealthyCluster, details},
+	}
+	for _, tc := range cases {
+		t.Run(tc.golden, func(t *testing.T) {
+			nodes, pods := tc.cluster()
+			var got bytes.Buffer
+			if err := tc.render(&got, collect.Build(nodes, pods)); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.golden)
+			if *update {
+				if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("output differs from %s (go test -update refreshes it)\n--- got ---\n%s\n--- want ---\n%s", path, got.String(), want)
+			}
+		})
+	}
+}
+
+// TestContractSamples checks the contract's text itself, not a golden file
+// that -update could have rewritten wrongly.
+func TestContractSamples(t *testing.T) {
+	var b bytes.Buffer
+	nodes, pods := contractOneGPU()
+	if err := render.Summary(&b, collect.Build(nodes, pods)); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != contractSummaryOneGPU {
+		t.Errorf("summary:\n%q\nwant\n%q", b.String(), contractSummaryOneGPU)
+	}
+
+	b.Reset()
+	nodes, pods = contractPending()
+	if err := render.Summary(&b, collect.Build(nodes, pods)); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != contractSummaryPending {
+		t.Errorf("summary with pending:\n%q\nwant\n%q", b.String(), contractSummaryPending)
+	}
+
+	b.Reset()
+	nodes, pods = contractOneGPU()
+	if err := render.Details(&b, collect.Build(nodes, pods)); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	if !strings.HasPrefix(got, contractDetailsFirstNode) || !strings.HasSuffix(got, contractDetailsFooter) {
+		t.Errorf("details:\n%q\nwant prefix\n%q\nand suffix\n%q", got, contractDetailsFirstNode, contractDetailsFooter)
+	}
+	// The elided second node: exactly one more node block between them.
+	middle := strings.TrimSuffix(strings.TrimPrefix(got, contractDetailsFirstNode), contractDetailsFooter)
+	if !strings.Contains(middle, "NAME:       cn-shanghai.i-uf61h64dz1tmlob9hmtc\n") || strings.Count(middle, "NAME:") != 1 {
+		t.Errorf("details: unexpected second node block %q", middle)
+	}
+}
+
+// mibCluster runs the plugin with --memory-unit=MiB: 16160 MiB cards.
+func mibCluster() ([]corev1.Node, []corev1.Pod) {
+	return []corev1.Node{fixture.Node("mib-0", "10.2.0.1", 2*16160, 2)},
+		[]corev1.Pod{
+			fixture.SimplePod("default", "small", "mib-0", 1024, 0, 16160, true),
+			fixture.SimplePod("default", "large", "mib-0", 8000, 1, 16160, true),
+		}
+}
+
+// multiContainerOldNode: a pod of two GPU containers on a node of the old plugin, one GPU index.
+func multiContainerOldNode() ([]corev1.Node, []corev1.Pod) {
+	p := fixture.Pod("default", "two", "old-0", fixture.Container("a", 2), fixture.Container("b", 3))
+	p = fixture.Assign(p, gpushare.PodAssignment{GPUIndex: 1, PodUnits: 5, DevUnits: 15, Assigned: true, AssumeTime: 1})
+	return []corev1.Node{fixture.Node("old-0", "10.3.0.1", 30, 2)}, []corev1.Pod{p, fixture.SimplePod("default", "one", "old-0", 4, 0, 15, true)}
+}
+
+// unhealthyCluster: GPU 1 of 4 reported unhealthy by our plugin.
+func unhealthyCluster() ([]corev1.Node, []corev1.Pod) {
+	n := fixture.WithGPUs(fixture.Node("h-0", "10.4.0.1", 4*15, 4), published(gpushare.GiB, []uint64{15, 15, 15, 15}, 1))
+	p := fixture.Record(fixture.SimplePod("default", "p", "h-0", 7, 2, 15, true),
+		gpushare.ContainerEnvs{"main": {GPUIndex: 2, PodUnits: 7, ContainerUnits: 7, DevUnits: 15}})
+	return []corev1.Node{n}, []corev1.Pod{p}
+}
+
+// failingWriter fails every write, as a closed pipe does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+func TestWriteErrorsAreReturned(t *testing.T) {
+	nodes, pods := contractOneGPU()
+	r := collect.Build(nodes, pods)
+	for name, f := range map[string]func() error{
+		"summary": func() error { return render.Summary(failingWriter{}, r) },
+		"details": func() error { return render.Details(failingWriter{}, r) },
+		"json":    func() error { return render.JSON(failingWriter{}, r) },
+		"yaml":    func() error { return render.YAML(failingWriter{}, r) },
+	} {
+		if err := f(); err == nil {
+			t.Errorf("%s: no error from a failing writer", name)
+		}
+	}
+}

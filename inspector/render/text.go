@@ -1,0 +1,270 @@
+package render
+
+import (
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpushare/gpushare/inspector/collect"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// The old CLI's layout constants: the summary's dash line is its first row
+// plus 20, the details' is the first node's pod rows plus 10.
+const (
+	summaryDashExtra = 20
+	detailsDashExtra = 10
+	tabPadding       = 2
+)
+
+// newTabWriter returns the old CLI's tabwriter: no minimum width, padding 2, spaces.
+func newTabWriter(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, tabPadding, ' ', 0)
+}
+
+// errWriter remembers the first write error so the table code stays linear.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+// WriteString writes s unless an earlier write failed.
+func (e *errWriter) WriteString(s string) {
+	if e.err == nil {
+		_, e.err = io.WriteString(e.w, s)
+	}
+}
+
+// Summary writes the one-line-per-node table of `kubectl inspect gpushare`.
+func Summary(w io.Writer, r *collect.Report) error {
+	tw := newTabWriter(w)
+	out := &errWriter{w: tw}
+	cols := gpuColumns(r.Nodes)
+	pending := false
+	for i := range r.Nodes {
+		pending = pending || hasPending(&r.Nodes[i])
+	}
+
+	var b strings.Builder
+	b.WriteString("NAME\tIPADDRESS\t")
+	for i := range cols {
+		b.WriteString("GPU" + strconv.Itoa(i) + "(Allocated/Total)\t")
+	}
+	if pending {
+		b.WriteString("PENDING(Allocated)\t")
+	}
+	b.WriteString("GPU Memory(" + r.Unit + ")\n")
+	out.WriteString(b.String())
+
+	dash := 0
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		b.Reset()
+		b.WriteString(n.Name + "\t" + n.Address + "\t")
+		for g := range cols {
+			b.WriteString(summaryCell(n, g) + "\t")
+		}
+		if pending {
+			if hasPending(n) {
+				b.WriteString(u(n.Pending))
+			}
+			b.WriteString("\t")
+		}
+		b.WriteString(u(n.Allocated) + "/" + u(n.Total) + "\n")
+		if dash == 0 {
+			// The old CLI measured its first row's bytes, tabs and newline included.
+			dash = b.Len() + summaryDashExtra
+		}
+		out.WriteString(b.String())
+	}
+	out.WriteString(strings.Repeat("-", dash) + "\n")
+	out.WriteString("Allocated/Total GPU Memory In Cluster:\n")
+	out.WriteString(u(r.Allocated) + "/" + u(r.Total) + " (" + u(r.AllocatedPercent) + "%)\t\n")
+	if out.err != nil {
+		return out.err
+	}
+	return tw.Flush()
+}
+
+// Details writes the per-node, per-pod view of `kubectl inspect gpushare -d`.
+func Details(w io.Writer, r *collect.Report) error {
+	tw := newTabWriter(w)
+	out := &errWriter{w: tw}
+	dash := 0
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		out.WriteString("\n")
+		out.WriteString("NAME:\t" + n.Name + "\n")
+		out.WriteString("IPADDRESS:\t" + n.Address + "\n")
+		if bad := unhealthy(n); bad != "" {
+			out.WriteString("UNHEALTHY:\t" + bad + "\n")
+		}
+		out.WriteString("\n")
+
+		cols := gpuColumns(r.Nodes[i : i+1])
+		pending := hasPending(n)
+		var b strings.Builder
+		b.WriteString("NAME\tNAMESPACE\t")
+		for g := range cols {
+			b.WriteString("GPU" + strconv.Itoa(g) + "(Allocated)\t")
+		}
+		if pending {
+			b.WriteString("Pending(Allocated)\t")
+		}
+		b.WriteString("\n")
+		out.WriteString(b.String())
+
+		b.Reset()
+		for _, p := range n.Pods {
+			b.WriteString(p.Name + "\t" + p.Namespace + "\t")
+			for g := range cols {
+				b.WriteString(u(chargeOn(p, g)) + "\t")
+			}
+			if pending {
+				if p.Pending {
+					b.WriteString(u(p.Units) + "\t")
+				} else {
+					b.WriteString("0\t")
+				}
+			}
+			b.WriteString("\n")
+		}
+		if dash == 0 {
+			// The old CLI measured the first node's pod rows, tabs and newlines included.
+			dash = b.Len() + detailsDashExtra
+		}
+		out.WriteString(b.String())
+		out.WriteString("Allocated :\t" + u(n.Allocated) + " (" + u(n.AllocatedPercent) + "%)\t\n")
+		out.WriteString("Total :\t" + u(n.Total) + " \t\n")
+		if n.GPUSizes == collect.SizesPublished && len(n.Pods) > 0 {
+			writeContainers(out, n)
+		}
+		out.WriteString(strings.Repeat("-", dash) + "\n")
+	}
+	out.WriteString("\n")
+	out.WriteString("\n")
+	out.WriteString("Allocated/Total GPU Memory In Cluster:\t" +
+		u(r.Allocated) + "/" + u(r.Total) + " (" + u(r.AllocatedPercent) + "%)\t\n")
+	if out.err != nil {
+		return out.err
+	}
+	return tw.Flush()
+}
+
+// writeContainers adds, on nodes run by our device plugin, one line per
+// gpu-mem container with the GPU and the limits it was given. The blank line
+// before it ends the tabwriter's column blocks, so the old table above keeps
+// its exact widths; nodes of the old plugin never get this section, so their
+// view stays byte for byte the old one.
+func writeContainers(out *errWriter, n *collect.Node) {
+	out.WriteString("\n")
+	out.WriteString("POD\tCONTAINER\tREQUEST\tGPU\tENV\n")
+	for _, p := range n.Pods {
+		for _, c := range p.Containers {
+			name := c.Name
+			if c.Init {
+				name += " (init)"
+			}
+			gpu := "-"
+			if c.GPU != nil {
+				gpu = strconv.Itoa(*c.GPU)
+			}
+			out.WriteString(p.Namespace + "/" + p.Name + "\t" + name + "\t" + u(c.Units) + "\t" + gpu + "\t" + envCell(c) + "\n")
+		}
+	}
+}
+
+// shownEnv are the variables a container limits itself with, in display order.
+var shownEnv = [...]string{gpushare.EnvVisibleDevices, gpushare.EnvContainerUnits, gpushare.EnvDevUnits, gpushare.EnvDisableIsolation}
+
+// envCell shows the recorded limits, or why there are none.
+func envCell(c collect.Container) string {
+	switch c.State {
+	case collect.StateNotAllocated:
+		return "(not allocated yet)"
+	case collect.StateUnrecorded:
+		return "(assigned, no per-container record)"
+	}
+	var parts []string
+	if c.State == collect.StateMismatch {
+		parts = append(parts, "MISMATCH with the assignment:")
+	}
+	for _, k := range shownEnv {
+		if v, ok := c.Env[k]; ok {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// gpuColumns is one past the highest GPU index among nodes: the old CLI's
+// column count, keyed by index so GPU2 stays GPU2 on a node missing GPU1.
+func gpuColumns(nodes []collect.Node) int {
+	cols := 0
+	for i := range nodes {
+		for _, g := range nodes[i].GPUs {
+			cols = max(cols, g.Index+1)
+		}
+	}
+	return cols
+}
+
+// summaryCell is "allocated/total" for GPU index g, "0/0" when the node has
+// no such GPU (as the old CLI printed), with a marker for unhealthy GPUs and
+// for GPUs the node does not describe.
+func summaryCell(n *collect.Node, g int) string {
+	for _, x := range n.GPUs {
+		if x.Index != g {
+			continue
+		}
+		cell := u(x.Allocated) + "/" + u(x.Total)
+		switch {
+		case !x.Known:
+			cell += " (unknown)"
+		case !x.Healthy:
+			cell += " (unhealthy)"
+		}
+		return cell
+	}
+	return "0/0"
+}
+
+// unhealthy lists a node's unhealthy GPUs with their reasons, "" when none.
+func unhealthy(n *collect.Node) string {
+	var parts []string
+	for _, g := range n.GPUs {
+		if g.Healthy {
+			continue
+		}
+		s := "GPU" + strconv.Itoa(g.Index)
+		if g.Reason != "" {
+			s += " (" + g.Reason + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// hasPending reports whether a pod on n is bound without a GPU assignment.
+func hasPending(n *collect.Node) bool {
+	for _, p := range n.Pods {
+		if p.Pending {
+			return true
+		}
+	}
+	return false
+}
+
+// chargeOn is what pod p holds on GPU index g.
+func chargeOn(p collect.Pod, g int) uint64 {
+	for _, c := range p.GPUs {
+		if c.Index == g {
+			return c.Units
+		}
+	}
+	return 0
+}
+
+// u formats units.
+func u(v uint64) string { return strconv.FormatUint(v, 10) }
