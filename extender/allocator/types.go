@@ -195,23 +195,13 @@ func PlacementFromAssignment(a gpushare.PodAssignment, r Request) (Placement, er
 	return p, nil
 }
 
-// Charges returns the units p charges on each GPU: per GPU, the Kubernetes
-// rule applied to the containers on it (init containers run on Home, so the
-// peak while they run is charged there, never summed with the regular ones).
+// Charges returns the units p charges on each GPU, by the contract's per-GPU
+// rule (gpushare.ChargesByGPU), which the inspector and the device plugin share.
 func Charges(r Request, p Placement) map[int]uint64 {
 	if !p.Split {
 		return map[int]uint64{p.Home: r.Units}
 	}
-	byGPU := map[int][]gpushare.ContainerRequest{}
-	for _, c := range r.Containers {
-		g := p.GPUOf(c)
-		byGPU[g] = append(byGPU[g], c)
-	}
-	out := make(map[int]uint64, len(byGPU))
-	for g, cs := range byGPU {
-		out[g] = gpushare.PodUnits(cs)
-	}
-	return out
+	return gpushare.ChargesByGPU(r.Containers, p.GPUOf)
 }
 
 // Slots returns the pod's containers as the device plugin tells them apart.

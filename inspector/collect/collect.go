@@ -169,7 +169,12 @@ func addPod(acc *nodeAcc, pod *corev1.Pod, r *Report) {
 		skip(err)
 		return
 	}
-	for g, u := range charges(reqs, gpuOf) {
+	charges, err := asg.Charges(reqs)
+	if err != nil {
+		skip(err)
+		return
+	}
+	for g, u := range charges {
 		p.GPUs = append(p.GPUs, GPUCharge{Index: g, Units: u})
 		acc.gpu(g).Allocated += u
 	}
@@ -206,23 +211,6 @@ func containerGPUs(asg gpushare.PodAssignment, reqs []gpushare.ContainerRequest)
 		out[reqKey{c.Init, c.Index}] = g
 	}
 	return out, nil
-}
-
-// charges applies the Kubernetes request rule per GPU to the containers
-// placed on it, as the extender charges a pod: with one GPU the pod's whole
-// request; split across GPUs, init containers peak on their own GPU instead
-// of being summed with the regular containers.
-func charges(reqs []gpushare.ContainerRequest, gpuOf map[reqKey]int) map[int]uint64 {
-	byGPU := map[int][]gpushare.ContainerRequest{}
-	for _, c := range reqs {
-		g := gpuOf[reqKey{c.Init, c.Index}]
-		byGPU[g] = append(byGPU[g], c)
-	}
-	out := make(map[int]uint64, len(byGPU))
-	for g, cs := range byGPU {
-		out[g] = gpushare.PodUnits(cs)
-	}
-	return out
 }
 
 // containers describes each gpu-mem container with what the device plugin
