@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
+	"github.com/gpushare/gpushare/cmd/internal/logging"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/plugin/nvml"
@@ -80,15 +80,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpushare-device-plugin:", err)
 		return 2
 	}
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(o.logLevel)
-	logger, err := cfg.Build()
+	logger, err := logging.New(o.logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpushare-device-plugin: build logger:", err)
 		return 1
 	}
 	defer logger.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	klog.SetLogger(newKlogSink(logger.Named("client-go")))
 
 	if err := serve(o, logger); err != nil {
 		logger.Error("device plugin failed", zap.Error(err))

@@ -13,16 +13,14 @@ import (
 	"syscall"
 	"time"
 
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
+	"github.com/gpushare/gpushare/cmd/internal/logging"
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/app"
-	"github.com/gpushare/gpushare/extender/klogzap"
 )
 
 func main() {
@@ -88,14 +86,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	zcfg := zap.NewProductionConfig()
-	zcfg.Level = zap.NewAtomicLevelAt(o.logLevel)
-	log, err := zcfg.Build()
+	log, err := logging.New(o.logLevel)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	klog.SetLogger(klogzap.New(log.Named("client-go")))
 
 	var cfg *rest.Config
 	if o.kubeconfig == "" {

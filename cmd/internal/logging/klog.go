@@ -1,4 +1,4 @@
-package klogzap
+package logging
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// New returns a logr.Logger writing to log: V(0) at info, higher V at debug.
-func New(log *zap.Logger) logr.Logger {
+// KlogSink returns a logr.Logger writing to log: V(0) at info, higher V at debug.
+func KlogSink(log *zap.Logger) logr.Logger {
 	return logr.New(&sink{log: log.WithOptions(zap.AddCallerSkip(1))})
 }
 
