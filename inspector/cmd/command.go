@@ -89,8 +89,8 @@ func NewOptions(streams Streams, config ConfigGetter, newClient NewClientFunc) *
 }
 
 // NewCommand returns the kubectl-inspect-gpushare command. kube provides the
-// connection; its flags, when it has any (genericclioptions.ConfigFlags), are
-// bound to the command's.
+// connection; a *KubeFlags is bound to the command's flags here, any other
+// getter (genericclioptions.ConfigFlags) binds its own.
 func NewCommand(streams Streams, kube ConfigGetter, newClient NewClientFunc) *cobra.Command {
 	o := NewOptions(streams, kube, newClient)
 	c := &cobra.Command{
@@ -119,7 +119,7 @@ func NewCommand(streams Streams, kube ConfigGetter, newClient NewClientFunc) *co
 	c.SetErr(streams.ErrOut)
 	c.Flags().BoolVarP(&o.Details, "details", "d", false, "show the pods of each node and the limits given to each container")
 	c.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (the documented stable schema); default is the table")
-	if kf, ok := kube.(flagBinder); ok {
+	if kf, ok := kube.(*KubeFlags); ok {
 		kf.AddFlags(c.Flags())
 	}
 	return c
@@ -140,19 +140,6 @@ func Execute(ctx context.Context, args []string, streams Streams, kube ConfigGet
 // errNoKubeconfig is what a user without any configuration sees.
 var errNoKubeconfig = errors.New("no kubeconfig found: set KUBECONFIG, pass --kubeconfig FILE, or create ~/.kube/config")
 
-// unconfigured tells whether the connection came from nothing: no kubeconfig
-// with a cluster in it and no --server, so kubectl's flags fell back to
-// their built-in default server (http://localhost:8080), which would only
-// produce a confusing "connection refused".
-func unconfigured(config ConfigGetter, cfg *rest.Config) bool {
-	raw, err := config.ToRawKubeConfigLoader().RawConfig()
-	if err != nil || len(raw.Clusters) > 0 {
-		return false
-	}
-	def, err := clientcmd.DefaultClientConfig.ClientConfig()
-	return err == nil && cfg.Host == def.Host
-}
-
 // Complete reads the argument and builds the client from the connection flags.
 func (o *Options) Complete(args []string) error {
 	if len(args) > 0 {
@@ -164,9 +151,6 @@ func (o *Options) Complete(args []string) error {
 			return errNoKubeconfig
 		}
 		return fmt.Errorf("load kubeconfig: %w", err)
-	}
-	if unconfigured(o.config, cfg) {
-		return errNoKubeconfig
 	}
 	cfg = rest.CopyConfig(cfg)
 	// Protobuf halves the bytes and the decode time of a 50,000-pod LIST.

@@ -2,7 +2,7 @@
 // plugin shape: Options with Complete (flags and kubeconfig → client),
 // Validate (flag values) and Run (one read of the API → collect → render).
 // The standard kubectl connection flags (--kubeconfig, --context, -n, ...)
-// come from cli-runtime's genericclioptions.ConfigFlags, exactly kubectl's own.
+// come from client-go's clientcmd, bound as kubectl binds them.
 //
 // It holds no globals: streams, the connection flags and the client
 // constructor are passed in, so tests run the real command against a fake
