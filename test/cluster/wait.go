@@ -81,3 +81,9 @@ func socketAnswers(path string) bool {
 	c.Close()
 	return true
 }
+
+// Poll calls cond every 50ms until it reports true, ctx ends or timeout passes; the error names
+// what and the last error cond returned. Tests use it instead of sleeping.
+func Poll(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	return waitUntil(ctx, timeout, what, nil, cond)
+}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -186,12 +185,12 @@ func TestBedDevicePluginAndKubeletRestart(t *testing.T) {
 	// API lists them as soon as the kubelet has the pod again, with no Allocate call.
 	key := cluster.ContainerDevices{Namespace: "default", Pod: "first", Container: "main"}
 	var held []string
-	if err := poll(ctx, waitLong, func() (bool, error) {
+	if err := cluster.Poll(ctx, waitLong, "pod-resources lists first/main", func(ctx context.Context) (bool, error) {
 		all, err := kubelet.PodResources(ctx, string(gpushare.ResourceName))
 		held = all[key]
 		return len(held) > 0, err
 	}); err != nil {
-		t.Fatalf("pod-resources after restart never listed first/main: %v", err)
+		t.Fatal(err)
 	}
 	if !slices.Equal(held, firstDevices) {
 		t.Errorf("pod-resources after restart: first/main holds %v, want %v", held, firstDevices)
@@ -224,27 +223,6 @@ func TestBedDevicePluginAndKubeletRestart(t *testing.T) {
 		t.Error(err)
 	} else if p.Status.Phase != corev1.PodRunning {
 		t.Errorf("first pod after the restart is %s, want Running", p.Status.Phase)
-	}
-}
-
-// poll calls cond every 50ms until it reports true or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not within %s (last error: %v)", timeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }
 
