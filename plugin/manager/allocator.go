@@ -25,6 +25,7 @@ type allocator struct {
 	log       *zap.Logger
 	node      string
 	src       *podsource.Source
+	rec       *recorder
 	inventory func() *inventory.Inventory
 	wait      time.Duration
 
@@ -94,19 +95,15 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 				"the scheduler extender's rule was not followed and this answer may be for another pod",
 				zap.Strings("conflicts", d.Conflicts))
 		}
-		container, env := d.Container.Name, d.Env
-		err := a.src.PatchPod(ctx, d.Pod.Namespace, d.Pod.Name, d.Pod.UID, func(p *corev1.Pod) (map[string]string, error) {
-			ann, _, err := allocate.Record(p, container, env)
-			return ann, err
-		})
-		if err != nil {
+		if retrying, err := a.rec.record(ctx, d); err != nil {
 			// The environment is right whatever happens to the record, and
 			// the in-memory record keeps this process from serving the
-			// container twice; failing the pod would help nobody.
-			log.Error("record the container's environment on the pod", zap.Error(err))
+			// container twice; failing the pod would help nobody. The
+			// recorder retries in the background where that can help.
+			log.Warn("record the container's environment on the pod", zap.Bool("retrying", retrying), zap.Error(err))
 		}
 		log.Info("allocated")
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: env.Map()})
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: d.Env.Map()})
 	}
 	a.log.Debug("Allocate answered", zap.Duration("took", time.Since(start)))
 	return resp, nil

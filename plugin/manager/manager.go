@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/plugin/allocate"
@@ -49,7 +50,10 @@ type Config struct {
 	OnRegistered func()
 	// MinBackoff and MaxBackoff bound the wait between failed restarts; 0 means the defaults.
 	MinBackoff, MaxBackoff time.Duration
-	Logger                 *zap.Logger
+	// RecordRetry paces the background retries of a container's record on
+	// its pod after the write during Allocate failed; Steps 0 means DefaultRecordRetry.
+	RecordRetry wait.Backoff
+	Logger      *zap.Logger
 }
 
 // Manager runs the device plugin until its context ends.
@@ -92,6 +96,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
+	}
+	if cfg.RecordRetry.Steps <= 0 {
+		cfg.RecordRetry = DefaultRecordRetry
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -147,7 +154,12 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer src.Shutdown()
-	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}}
+	rec := newRecorder(ctx, src, m.cfg.RecordRetry, m.log)
+	// Deferred before the server's stop (in serve) and the cancel below, so
+	// it runs after both: no Allocate is left to start a retry, and every
+	// retry sees ctx end.
+	defer rec.wait()
+	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

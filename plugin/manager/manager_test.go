@@ -18,10 +18,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
@@ -434,6 +438,66 @@ func TestNewValidates(t *testing.T) {
 	} {
 		if _, err := manager.New(cfg); err == nil {
 			t.Errorf("%s: New succeeded", name)
+		}
+	}
+}
+
+// The API server refuses the record write during Allocate and the first
+// retry; the answer is right at once and the record lands in the background.
+func TestRecordRetriedAfterFailedWrite(t *testing.T) {
+	ctx := t.Context()
+	var patches, failed atomic.Int32
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) {
+		c.RecordRetry = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 2, Steps: 5}
+		// Installed before Run: the fake's reactor chain is not safe to
+		// change while the manager calls it.
+		c.Client.(*fake.Clientset).PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if patches.Add(1) <= 2 {
+				failed.Add(1)
+				return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
+			}
+			return false, nil, nil
+		})
+	})
+	e.kubelet.waitRegister(t)
+	// Opened before the pod exists, so every change of it is seen.
+	w, err := e.client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, gpuPod("p", 8, 3, 79), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.plugin(t).Allocate(ctx, allocReq(8))
+	if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "3" {
+		t.Fatalf("Allocate = %v, %v; want GPU 3", resp, err)
+	}
+	want, err := gpushare.ParseContainerEnv(resp.ContainerResponses[0].Envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed.Load() == 0 {
+		t.Fatal("the write during Allocate did not fail; the test proves nothing")
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok || pod.Name != "p" || pod.Annotations[gpushare.AnnotationAssigned] != "true" {
+				continue
+			}
+			rec, err := gpushare.DecodeContainerEnvs(pod.Annotations[gpushare.AnnotationContainerEnv])
+			if err != nil || rec["main"] != want {
+				t.Errorf("record = %v, %v; want main: %+v (the answer)", rec, err, want)
+			}
+			if n := patches.Load(); n != 3 {
+				t.Errorf("%d patches; want 3 (two refused, one landed)", n)
+			}
+			return
+		case <-timeout:
+			t.Fatalf("the record never landed after %d patches", patches.Load())
 		}
 	}
 }

@@ -1,21 +1,27 @@
 package podsource
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -28,14 +34,16 @@ type Source struct {
 	node   string
 	log    *zap.Logger
 
-	mu       sync.Mutex
-	pods     map[string]*corev1.Pod // by namespace/name
-	nodeObj  *corev1.Node
-	podSync  bool
-	nodeSync bool
-	synced   chan struct{} // closed once both have listed
-	changed  chan struct{} // closed and replaced on every change
-	wg       sync.WaitGroup
+	// Two factories because a factory's list options apply to every
+	// informer it makes, and pods and the node need different selectors.
+	podFactory, nodeFactory informers.SharedInformerFactory
+	podInformer             cache.SharedIndexInformer
+	nodeInformer            cache.SharedIndexInformer
+	pods                    corelisters.PodLister
+	nodes                   corelisters.NodeLister
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
 }
 
 // New builds a Source for node; nothing is watched until Start.
@@ -43,31 +51,65 @@ func New(client kubernetes.Interface, node string, logger *zap.Logger) *Source {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Source{
+	podSel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	nodeSel := fields.OneTermEqualSelector("metadata.name", node).String()
+	s := &Source{
 		client: client, node: node, log: logger.With(zap.String("node", node)),
-		pods: map[string]*corev1.Pod{}, synced: make(chan struct{}), changed: make(chan struct{}),
+		// Resync 0: nothing here reconciles periodically; every real change
+		// arrives as an event.
+		podFactory: informers.NewSharedInformerFactoryWithOptions(client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = podSel }),
+			informers.WithTransform(dropManagedFields)),
+		nodeFactory: informers.NewSharedInformerFactoryWithOptions(client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = nodeSel }),
+			informers.WithTransform(dropManagedFields)),
+		changed: make(chan struct{}),
 	}
+	pods := s.podFactory.Core().V1().Pods()
+	s.podInformer, s.pods = pods.Informer(), pods.Lister()
+	nodes := s.nodeFactory.Core().V1().Nodes()
+	s.nodeInformer, s.nodes = nodes.Informer(), nodes.Lister()
+	return s
 }
 
-// notifyLocked wakes every waiter on Changed; s.mu is held.
-func (s *Source) notifyLocked() {
+// dropManagedFields removes managedFields before objects enter the cache:
+// nothing here reads them and they are often the larger part of a pod. The
+// transform owns the freshly decoded object, so changing it is allowed;
+// objects without managedFields are not written at all.
+func dropManagedFields(obj any) (any, error) {
+	if acc, err := meta.Accessor(obj); err == nil && len(acc.GetManagedFields()) > 0 {
+		acc.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// notify wakes every waiter on Changed.
+func (s *Source) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-// markSyncedLocked records a first list; s.mu is held.
-func (s *Source) markSyncedLocked(pods bool) {
-	if pods {
-		s.podSync = true
-	} else {
-		s.nodeSync = true
-	}
-	if s.podSync && s.nodeSync {
-		select {
-		case <-s.synced:
-		default:
-			close(s.synced)
-		}
+// handler wakes waiters on every event of one informer. The informer's
+// cache already holds the change when a handler runs, so a waiter that
+// wakes and reads sees it.
+func (s *Source) handler(what string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.notify() },
+		UpdateFunc: func(any, any) { s.notify() },
+		DeleteFunc: func(obj any) {
+			// A delete missed during a watch outage arrives as a
+			// DeletedFinalStateUnknown tombstone, not as the object.
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+			if err != nil {
+				s.log.Warn("delete event for an unexpected object", zap.String("what", what), zap.Error(err))
+			} else {
+				_, tombstone := obj.(cache.DeletedFinalStateUnknown)
+				s.log.Debug("deleted", zap.String("what", what), zap.String("key", key), zap.Bool("tombstone", tombstone))
+			}
+			s.notify()
+		},
 	}
 }
 
@@ -78,59 +120,63 @@ func (s *Source) Changed() <-chan struct{} {
 	return s.changed
 }
 
-// Start runs the watches until ctx ends and waits for their first list.
+// Start runs the informers until ctx ends and waits for their first list.
+// Call it once.
 func (s *Source) Start(ctx context.Context) error {
-	podSel := fields.OneTermEqualSelector("spec.nodeName", s.node).String()
-	nodeSel := fields.OneTermEqualSelector("metadata.name", s.node).String()
-	s.wg.Add(2)
-	go func() {
-		defer s.wg.Done()
-		s.run(ctx, "pods", podSel, s.listPods, s.watchPods)
-	}()
-	go func() {
-		defer s.wg.Done()
-		s.run(ctx, "node", nodeSel, s.listNode, s.watchNode)
-	}()
-	select {
-	case <-s.synced:
-		s.log.Info("watching this node's pods")
-		return nil
-	case <-ctx.Done():
+	podReg, err := s.podInformer.AddEventHandler(s.handler("pod"))
+	if err != nil {
+		return fmt.Errorf("watch pods of node %s: %w", s.node, err)
+	}
+	nodeReg, err := s.nodeInformer.AddEventHandler(s.handler("node"))
+	if err != nil {
+		return fmt.Errorf("watch node %s: %w", s.node, err)
+	}
+	s.podFactory.StartWithContext(ctx)
+	s.nodeFactory.StartWithContext(ctx)
+	// The registrations, not the informers, are waited for: they are
+	// synced once the handlers have also seen the first list.
+	if !cache.WaitFor(ctx, "", podReg.HasSyncedChecker(), nodeReg.HasSyncedChecker()) {
 		return fmt.Errorf("list pods of node %s: %w", s.node, context.Cause(ctx))
 	}
+	s.log.Info("watching this node's pods")
+	return nil
 }
 
-// Shutdown waits for the watches to end after Start's ctx ended.
-func (s *Source) Shutdown() { s.wg.Wait() }
+// Shutdown waits for the informers to end after Start's ctx ended.
+func (s *Source) Shutdown() {
+	s.podFactory.Shutdown()
+	s.nodeFactory.Shutdown()
+}
 
 // Pods returns the pods bound to the node, sorted by namespace/name; read only.
 func (s *Source) Pods() []*corev1.Pod {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*corev1.Pod, 0, len(s.pods))
-	for _, k := range slices.Sorted(maps.Keys(s.pods)) {
-		out = append(out, s.pods[k])
+	pods, err := s.pods.List(labels.Everything())
+	if err != nil {
+		// A lister over a local cache with an empty selector cannot fail.
+		s.log.Error("list the pod cache", zap.Error(err))
+		return nil
 	}
-	return out
+	// The lister's order is a map's; decisions must not depend on it.
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return pods
 }
 
-// Pod returns one pod of the node from the store; read only.
+// Pod returns one pod of the node from the cache; read only.
 func (s *Source) Pod(namespace, name string) (*corev1.Pod, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.pods[namespace+"/"+name]
-	return p, ok
+	p, err := s.pods.Pods(namespace).Get(name)
+	return p, err == nil
 }
 
-// Node returns the node from the store; read only.
+// Node returns the node from the cache; read only.
 func (s *Source) Node() (*corev1.Node, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.nodeObj, s.nodeObj != nil
+	n, err := s.nodes.Get(s.node)
+	return n, err == nil
 }
 
 // PatchPod sets the annotations compute returns on the pod with the given
-// UID. compute sees the latest pod it could read: the store's on the first
+// UID. compute sees the latest pod it could read: the cache's on the first
 // try, the API server's after a conflict; it must not modify it. The patch
 // carries the pod's resourceVersion, so a concurrent writer causes a
 // conflict and a fresh compute instead of a lost update.

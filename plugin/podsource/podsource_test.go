@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,10 +56,10 @@ func waitFor(t *testing.T, s *podsource.Source, what string, cond func() bool) {
 	}
 }
 
-func start(t *testing.T, client *fake.Clientset) *podsource.Source {
+func start(t *testing.T, client *fake.Clientset, opts ...zap.Option) *podsource.Source {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := podsource.New(client, nodeName, zaptest.NewLogger(t))
+	s := podsource.New(client, nodeName, zaptest.NewLogger(t, zaptest.WrapOptions(opts...)))
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +70,13 @@ func start(t *testing.T, client *fake.Clientset) *podsource.Source {
 func TestStoreFollowsPodsAndNode(t *testing.T) {
 	ctx := t.Context()
 	client := fake.NewClientset(testPod("a"), testNode(nil))
+	// Reactors go in before Start: the fake's chain is not safe to change
+	// while informers call it.
+	var lists atomic.Int32
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
 	s := start(t, client)
 	if p, ok := s.Pod("default", "a"); !ok || p.UID != "uid-a" {
 		t.Fatalf("after Start: pod a = %v, %v", p, ok)
@@ -91,28 +101,54 @@ func TestStoreFollowsPodsAndNode(t *testing.T) {
 	}
 	waitFor(t, s, "node label", func() bool { n, ok := s.Node(); return ok && n.Labels["cgpu.disable.isolation"] == "true" })
 
-	var lists atomic.Int32
-	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		lists.Add(1)
-		return false, nil, nil
-	})
 	for range 3 {
 		_ = s.Pods()
 	}
-	if lists.Load() != 0 {
-		t.Errorf("reading the store listed pods %d times", lists.Load())
+	// One list at Start; changes and reads came through the watch and the cache.
+	if lists.Load() != 1 {
+		t.Errorf("listed pods %d times; want only Start's list", lists.Load())
+	}
+
+	// The fake clientset ignores field selectors, so check what was asked:
+	// only this node's pods and this node, never the cluster's.
+	want := map[string]string{"pods": "spec.nodeName=" + nodeName, "nodes": "metadata.name=" + nodeName}
+	seen := map[string]bool{}
+	for _, a := range client.Actions() {
+		var sel string
+		switch a := a.(type) {
+		case k8stesting.ListAction:
+			sel = a.GetListRestrictions().Fields.String()
+		case k8stesting.WatchAction:
+			sel = a.GetWatchRestrictions().Fields.String()
+		default:
+			continue
+		}
+		res := a.GetResource().Resource
+		if sel != want[res] {
+			t.Errorf("%s %s with field selector %q; want %q", a.GetVerb(), res, sel, want[res])
+		}
+		seen[a.GetVerb()+" "+res] = true
+	}
+	for _, v := range []string{"list pods", "watch pods", "list nodes", "watch nodes"} {
+		if !seen[v] {
+			t.Errorf("no %s call; saw %v", v, seen)
+		}
 	}
 }
 
-// When the server says the watched version is gone, the source lists again
-// and picks up what it missed.
+// When the server says the watched version is gone, the informer lists
+// again and picks up what it missed: a pod created meanwhile, and a pod
+// deleted meanwhile, which arrives as a DeletedFinalStateUnknown tombstone.
 func TestRelistOnExpiredWatch(t *testing.T) {
-	client := fake.NewClientset(testNode(nil))
+	ctx := t.Context()
+	client := fake.NewClientset(testNode(nil), testPod("gone"))
 	var lists atomic.Int32
 	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		lists.Add(1)
 		return false, nil, nil
 	})
+	// The first pod watch is one the test controls; the tracker never
+	// sends it anything, so what happens next is missed until a relist.
 	var once sync.Once
 	expired := watch.NewFake()
 	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
@@ -123,21 +159,39 @@ func TestRelistOnExpiredWatch(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	s := start(t, client)
-	if _, err := client.CoreV1().Pods("default").Create(t.Context(), testPod("missed"), metav1.CreateOptions{}); err != nil {
+	core, logs := observer.New(zap.DebugLevel)
+	s := start(t, client, zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
+	if _, ok := s.Pod("default", "gone"); !ok {
+		t.Fatal("pod gone not in the first list")
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, testPod("missed"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Error blocks until the informer reads it, so its watch is open.
 	expired.Error(&apierrors.NewResourceExpired("too old resource version").ErrStatus)
-	waitFor(t, s, "the missed pod after a relist", func() bool { _, ok := s.Pod("default", "missed"); return ok })
+	// The handler logs before it wakes waiters, so the wait covers the log.
+	tombstones := func() int {
+		return logs.FilterMessage("deleted").FilterField(zap.String("key", "default/gone")).FilterField(zap.Bool("tombstone", true)).Len()
+	}
+	waitFor(t, s, "the relist and its tombstone", func() bool {
+		_, missed := s.Pod("default", "missed")
+		_, gone := s.Pod("default", "gone")
+		return missed && !gone && tombstones() > 0
+	})
 	if lists.Load() < 2 {
 		t.Errorf("lists = %d; want a relist", lists.Load())
+	}
+	if n := tombstones(); n != 1 {
+		t.Errorf("delete handler saw %d tombstones for default/gone; want 1", n)
 	}
 }
 
 func TestPatchPod(t *testing.T) {
 	ctx := t.Context()
 	client := fake.NewClientset(testPod("a"), testNode(nil))
-	s := start(t, client)
 
 	var bodies []string
 	var mu sync.Mutex
@@ -152,6 +206,7 @@ func TestPatchPod(t *testing.T) {
 		}
 		return false, nil, nil
 	})
+	s := start(t, client)
 	calls := 0
 	err := s.PatchPod(ctx, "default", "a", "uid-a", func(p *corev1.Pod) (map[string]string, error) {
 		calls++

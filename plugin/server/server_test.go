@@ -38,7 +38,7 @@ func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) 
 	return &pluginapi.Empty{}, nil
 }
 
-func startFakeKubelet(t *testing.T, dir string) *fakeKubelet {
+func startFakeKubelet(t testing.TB, dir string) *fakeKubelet {
 	t.Helper()
 	l, err := net.Listen("unix", filepath.Join(dir, server.KubeletSocket))
 	if err != nil {
@@ -88,7 +88,7 @@ func newServer(t *testing.T, dir string, a server.Allocator) *server.Server {
 	return s
 }
 
-func client(t *testing.T, path string) pluginapi.DevicePluginClient {
+func client(t testing.TB, path string) pluginapi.DevicePluginClient {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
