@@ -8,7 +8,7 @@ export GOTOOLCHAIN := local
 .PHONY: help build test fuzz e2e check demo bench lint fmt verify clean
 
 help: ## List the targets (default)
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Compile every package and the programs into bin/
 	$(GO) build ./...
