@@ -30,8 +30,9 @@ check: test e2e ## All tests: what CI runs
 demo: ## Start a local cluster with hollow GPU nodes and print how to use it (Ctrl-C stops)
 	$(GO) run ./test/localcluster
 
-bench: ## Benchmarks of every package (benchstat-compatible output)
+bench: ## Go benchmarks of every package (benchstat-compatible), then the packing results, tables and plots
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	$(GO) run ./test/packing/cmd/packbench -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
 
 lint: ## go vet on both modules' own code
 	$(GO) vet ./...

@@ -63,7 +63,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.listen, "listen", ":"+port, "address to serve on (host:port); default port from $PORT, else 12345")
 	fs.TextVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (default from $LOG_LEVEL)")
-	fs.Var(&o.policy, "policy", "GPU placement policy: bestfit (fill cards first) or spread")
+	fs.Var(&o.policy, "policy", "GPU placement policy: bestfit (fill cards first), firstfit (lowest index that fits) or spread")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
 	fs.Float64Var(&o.qps, "kube-api-qps", 500, "API client queries per second; each bind costs two calls")
 	fs.IntVar(&o.burst, "kube-api-burst", 1000, "API client burst")

@@ -8,7 +8,7 @@
 //   - A pod goes on one GPU when any healthy GPU has room for its whole
 //     request (Kubernetes arithmetic, init and sidecar containers included).
 //     BestFit picks the GPU with the least free units that fits, Spread the
-//     most; ties go to the lowest index.
+//     most, FirstFit the lowest index that fits; ties go to the lowest index.
 //   - A pod with several GPU containers that fits no single GPU is split: each
 //     regular container gets one GPU, init and sidecar containers stay on the
 //     pod's home GPU (written as ALIYUN_COM_GPU_MEM_IDX), and the split is

@@ -76,10 +76,14 @@ func constraints(n *Node, r Request) map[uint64]constraint {
 	return out
 }
 
-// better reports whether free a beats free b under policy (ties: caller keeps the lower index).
+// better reports whether free a beats free b under policy (ties: caller keeps
+// the lower index). Under FirstFit nothing beats the first that fits.
 func (p Policy) better(a, b uint64) bool {
-	if p == Spread {
+	switch p {
+	case Spread:
 		return a > b
+	case FirstFit:
+		return false
 	}
 	return a < b
 }
@@ -305,11 +309,16 @@ func blockedInit(cons map[uint64]constraint, r Request, inits []int, home int) s
 
 // Score rates n for r in [0, MaxExtenderPriority]: how full the GPUs that r
 // would use end up, so BestFit prefers nodes where cards fill before new ones
-// open and Spread the reverse. A node r does not fit scores 0.
+// open and Spread the reverse. FirstFit scores every node r fits the same
+// (MaxExtenderPriority): it leaves the choice of node to the scheduler. A node
+// r does not fit scores 0.
 func Score(n *Node, r Request, policy Policy) int64 {
 	p, unfit := Place(n, r, policy)
 	if unfit != nil {
 		return extenderv1.MinExtenderPriority
+	}
+	if policy == FirstFit {
+		return extenderv1.MaxExtenderPriority
 	}
 	var used, size uint64
 	for g, units := range Charges(r, p) {

@@ -72,6 +72,10 @@ func TestPlaceSingleGPU(t *testing.T) {
 		{name: "init larger than regular charges the init peak", node: node(gpus(16, 8, 16, 0)), req: withInit(req(2), 10, false), wantGPU: 1, wantDev: 16},
 		{name: "sidecar adds to regular containers", node: node(gpus(16, 10, 16, 0)), req: withInit(req(4), 3, true), wantGPU: 1, wantDev: 16},
 		{name: "two containers fit one GPU together", node: node(gpus(16, 0, 16, 6)), req: req(4, 6), wantGPU: 1, wantDev: 16},
+		{name: "first fit takes the lowest index that fits", node: node(gpus(16, 14, 16, 2, 16, 10)), req: req(4), policy: FirstFit, wantGPU: 1, wantDev: 16},
+		{name: "first fit ignores a fuller card further on", node: node(gpus(16, 0, 16, 12)), req: req(4), policy: FirstFit, wantGPU: 0, wantDev: 16},
+		{name: "first fit skips unhealthy GPUs", node: node(unhealthy), req: req(4), policy: FirstFit, wantGPU: 0, wantDev: 16},
+		{name: "first fit: insufficient in one device", node: node(gpus(16, 14, 16, 13)), req: req(4), policy: FirstFit, reason: ReasonInsufficient},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,6 +147,11 @@ func TestPlaceSplit(t *testing.T) {
 			name: "spread places the largest container on the emptiest GPU",
 			node: node(gpus(16, 8, 16, 6, 16, 0)), req: req(10, 8), policy: Spread,
 			wantHome: -1, wantGPUs: map[int]int{0: 2, 1: 1}, wantCharge: map[int]uint64{2: 10, 1: 8},
+		},
+		{
+			name: "first fit places each container on the lowest GPU with room",
+			node: node(gpus(16, 0, 16, 6, 16, 8)), req: req(10, 8), policy: FirstFit,
+			wantHome: -1, wantGPUs: map[int]int{0: 0, 1: 1}, wantCharge: map[int]uint64{0: 10, 1: 8},
 		},
 		{
 			name: "init containers stay on the home GPU with their peak",
@@ -304,7 +313,7 @@ func TestScore(t *testing.T) {
 }
 
 func TestPolicy(t *testing.T) {
-	for in, want := range map[string]Policy{"bestfit": BestFit, "binpack": BestFit, "spread": Spread} {
+	for in, want := range map[string]Policy{"bestfit": BestFit, "binpack": BestFit, "spread": Spread, "firstfit": FirstFit, "first-fit": FirstFit} {
 		if got, err := ParsePolicy(in); err != nil || got != want {
 			t.Errorf("ParsePolicy(%q) = %v, %v", in, got, err)
 		}
@@ -315,6 +324,24 @@ func TestPolicy(t *testing.T) {
 	var p Policy
 	if err := p.Set("spread"); err != nil || p.String() != "spread" {
 		t.Errorf("Set: %v %v", p, err)
+	}
+	for _, p := range []Policy{BestFit, Spread, FirstFit} {
+		if got, err := ParsePolicy(p.String()); err != nil || got != p {
+			t.Errorf("ParsePolicy(%v.String()) = %v, %v", p, got, err)
+		}
+	}
+}
+
+func TestScoreFirstFit(t *testing.T) {
+	r := req(4)
+	// Every node that fits scores the same: the scheduler picks the node.
+	for _, n := range []*Node{node(gpus(16, 0)), node(gpus(16, 12)), node(gpus(80, 70, 16, 0))} {
+		if s := Score(n, r, FirstFit); s != 10 {
+			t.Errorf("Score(%+v) = %d, want 10", n.GPUs, s)
+		}
+	}
+	if s := Score(node(gpus(16, 14)), r, FirstFit); s != 0 {
+		t.Errorf("unfit node scored %d", s)
 	}
 }
 

@@ -19,23 +19,32 @@ const (
 	// Spread balances load: the GPU with the most free units, lowest index on
 	// ties; nodes whose cards end emptier score higher.
 	Spread
+	// FirstFit takes the lowest-index GPU that fits; every node that fits
+	// scores the same, so the extender expresses no node preference. It is
+	// the classic reference the packing benchmark (test/packing) compares with.
+	FirstFit
 )
 
-// ParsePolicy reads a policy name: "bestfit" (also "binpack") or "spread".
+// ParsePolicy reads a policy name: "bestfit" (also "binpack"), "spread" or "firstfit".
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
 	case "bestfit", "best-fit", "binpack":
 		return BestFit, nil
 	case "spread":
 		return Spread, nil
+	case "firstfit", "first-fit":
+		return FirstFit, nil
 	}
-	return 0, fmt.Errorf("unknown placement policy %q: want bestfit or spread", s)
+	return 0, fmt.Errorf("unknown placement policy %q: want bestfit, spread or firstfit", s)
 }
 
 // String returns the policy's canonical name.
 func (p Policy) String() string {
-	if p == Spread {
+	switch p {
+	case Spread:
 		return "spread"
+	case FirstFit:
+		return "firstfit"
 	}
 	return "bestfit"
 }
