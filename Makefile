@@ -27,7 +27,7 @@ e2e: ## End-to-end tests on a real local cluster (builds the test bed first, cac
 
 check: test e2e ## All tests: what CI runs
 
-demo: ## Start a local cluster with hollow GPU nodes and print how to use it (Ctrl-C stops)
+demo: ## Build the programs, start a local cluster with hollow GPU nodes, our extender and plugins, run the samples, print kubectl inspect gpushare (Ctrl-C stops)
 	$(GO) run ./test/localcluster
 
 bench: ## Go benchmarks of every package (benchstat-compatible), then the packing results, tables and plots

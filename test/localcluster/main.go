@@ -1,67 +1,447 @@
-// Command localcluster starts the local test bed for a person to use: etcd, kube-apiserver,
-// kube-scheduler and hollow GPU nodes (real kubelet device manager, fake containers) on loopback.
-// It prints a KUBECONFIG to export and runs until Ctrl-C (or SIGTERM), then stops everything.
+// Command localcluster is `make demo`: it builds the three gpushare programs, starts the local test
+// bed (etcd, kube-apiserver, kube-scheduler and hollow GPU nodes running the real kubelet device
+// manager with fake containers, all on loopback), runs our device plugin on every node (simulated
+// GPUs of mixed sizes) and our scheduler extender wired into kube-scheduler with the shipped
+// configuration, applies the sample workloads from manifests/samples, waits for them, prints
+// `kubectl inspect gpushare` and `-d`, and then keeps the cluster running with a KUBECONFIG to
+// export until Ctrl-C (or SIGTERM), when it stops everything.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/localcluster/manifests"
 )
 
+// The programs' names under bin/.
+const (
+	extenderBin  = "gpushare-scheduler-extender"
+	pluginBin    = "gpushare-device-plugin"
+	inspectorBin = "kubectl-inspect-gpushare"
+)
+
+// backends are the simulated machines the nodes cycle through: 8×80 GB, 8×40 GB, and 2×80 + 2×40 GB.
+var backends = []string{"simulated:dgxh100", "simulated:dgxa100", "simulated:mixed"}
+
 func main() {
-	nodes := flag.Int("nodes", 2, "hollow GPU nodes to start (label gpushare=true)")
+	nodes := flag.Int("nodes", 3, "hollow GPU nodes to start (label gpushare=true; simulated GPUs: "+strings.Join(backends, ", ")+", in turn)")
 	dir := flag.String("dir", "", "keep the cluster's state and logs here (default: a temporary directory removed on exit)")
+	samples := flag.Bool("samples", true, "apply manifests/samples and wait for them")
 	flag.Parse()
-	if err := run(*nodes, *dir); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *nodes, *dir, *samples); err != nil {
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		stop()
 		os.Exit(1)
 	}
 }
 
-func run(nodes int, dir string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	start := time.Now()
-	fmt.Println("building the test bed (cached after the first run; about 6.5 minutes cold on 2 cores)...")
-	bin, err := cluster.Binaries()
+func run(ctx context.Context, nodes int, dir string, samples bool) error {
+	began := time.Now()
+	manifestDir, err := manifests.Dir()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("test bed ready in %s: %s\n", time.Since(start).Round(time.Millisecond), bin)
+	root := filepath.Dir(manifestDir)
+	binDir := filepath.Join(root, "bin")
+
+	// The programs build while the control plane starts; the extender needs them first.
+	fmt.Println("building the gpushare programs into bin/ (go build ./cmd/...), meanwhile starting the cluster...")
+	built := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		build := exec.CommandContext(ctx, "go", "build", "-o", binDir+string(filepath.Separator), "./cmd/...")
+		build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
+		if err := build.Run(); err != nil {
+			built <- fmt.Errorf("go build ./cmd/...: %w", err)
+			return
+		}
+		fmt.Printf("programs built in %s\n", since(start))
+		built <- nil
+	}()
+	// Whatever happens next, wait for the build: no go build may outlive the demo.
+	buildErr := func() error { err := <-built; built <- err; return err }
+	defer buildErr() //nolint:errcheck // reported where it is first needed
+
+	start := time.Now()
+	fmt.Println("building the test bed (cached after the first run; about 6.5 minutes cold on 2 cores)...")
+	bed, err := cluster.Binaries()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("test bed ready in %s: %s\n", since(start), bed)
+
 	start = time.Now()
-	c, err := cluster.Start(ctx, cluster.Config{BinDir: bin, Dir: dir})
+	c, err := cluster.Start(ctx, cluster.Config{BinDir: bed, Dir: dir, NoScheduler: true})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	fmt.Printf("control plane ready in %s\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("control plane ready in %s (state and logs in %s)\n", since(start), c.Dir())
+
+	// Our programs run as the shipped ServiceAccounts, with only the shipped RBAC.
+	applier, err := manifests.NewApplier(c.RESTConfig(), "gpushare-demo")
+	if err != nil {
+		return err
+	}
+	install, err := manifests.Load(manifestDir)
+	if err != nil {
+		return err
+	}
+	var rbac []*unstructured.Unstructured
+	for _, o := range install {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if err := applier.ApplyAll(ctx, rbac); err != nil {
+		return err
+	}
+	fmt.Printf("applied the %d RBAC objects of manifests/ (our processes run with exactly these rights)\n", len(rbac))
+
+	if err := buildErr(); err != nil {
+		return err
+	}
+	procs := &processes{}
+	defer procs.stopAll()
+
+	start = time.Now()
+	extKubeconfig, err := c.Kubeconfig("gpushare-scheduler-extender", "system:serviceaccount:kube-system:gpushare-scheduler-extender")
+	if err != nil {
+		return err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	ext, err := procs.start(ctx, "extender", filepath.Join(binDir, extenderBin), filepath.Join(c.Dir(), extenderBin+".log"), nil,
+		"--listen="+addr, "--kubeconfig="+extKubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, time.Minute, ext, "extender /readyz", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("scheduler extender ready in %s on http://%s\n", since(start), addr)
+
+	start = time.Now()
+	schedCfg, err := manifests.SchedulerConfig(manifestDir)
+	if err != nil {
+		return err
+	}
+	extenders, err := manifests.Extenders(schedCfg, "http://"+addr+"/gpushare-scheduler")
+	if err != nil {
+		return err
+	}
+	if err := c.StartScheduler(ctx, cluster.SchedulerConfig{Extenders: extenders}); err != nil {
+		return err
+	}
+	fmt.Printf("kube-scheduler ready in %s with the extender settings of %s\n", since(start), manifests.SchedulerConfigFile)
+
+	pluginKubeconfig, err := c.Kubeconfig("gpushare-device-plugin", "system:serviceaccount:kube-system:gpushare-device-plugin")
+	if err != nil {
+		return err
+	}
+	var nodeNames []string
 	for i := range nodes {
-		name := fmt.Sprintf("gpu-node-%d", i)
 		start = time.Now()
-		if _, err := c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}}); err != nil {
+		name := fmt.Sprintf("gpu-node-%d", i)
+		backend := backends[i%len(backends)]
+		k, err := c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+		if err != nil {
 			return err
 		}
-		fmt.Printf("hollow node %s ready in %s\n", name, time.Since(start).Round(time.Millisecond))
+		p, err := procs.start(ctx, "device plugin on "+name, filepath.Join(binDir, pluginBin), filepath.Join(c.Dir(), pluginBin+"-"+name+".log"),
+			[]string{gpushare.EnvNodeName + "=" + name},
+			"--gpu-backend="+backend, "--device-plugin-dir="+k.DevicePluginDir(), "--kubeconfig="+pluginKubeconfig)
+		if err != nil {
+			return err
+		}
+		var units int64
+		if err := waitFor(ctx, time.Minute, p, "node "+name+" advertising aliyun.com/gpu-mem", func() bool {
+			n, err := c.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			q := n.Status.Allocatable[gpushare.ResourceName]
+			units = q.Value()
+			return units > 0 && n.Annotations[gpushare.AnnotationNodeGPUs] != ""
+		}); err != nil {
+			return err
+		}
+		nodeNames = append(nodeNames, name)
+		fmt.Printf("node %s ready in %s: %s, %d GiB of aliyun.com/gpu-mem\n", name, since(start), backend, units)
 	}
+
+	if samples {
+		start = time.Now()
+		pods, err := applySamples(ctx, applier, c.Client(), filepath.Join(manifestDir, "samples"))
+		if err != nil {
+			return err
+		}
+		if err := waitRunning(ctx, c.Client(), pods, 2*time.Minute); err != nil {
+			return err
+		}
+		fmt.Printf("all %d sample pods Running in %s\n", len(pods), since(start))
+		inspect := filepath.Join(binDir, inspectorBin)
+		for _, args := range [][]string{nil, {"-d"}} {
+			fmt.Printf("\n$ %s\n", strings.Join(append([]string{"kubectl inspect gpushare"}, args...), " "))
+			cmd := exec.CommandContext(ctx, inspect, append(args, "--kubeconfig="+c.AdminKubeconfig())...)
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s: %w", inspectorBin, err)
+			}
+		}
+	}
+
 	fmt.Printf(`
-The cluster is up (state and logs in %s).
+The demo is up after %s: %d hollow GPU nodes (%s), our device plugin on each, our scheduler
+extender in kube-scheduler. State and logs (one per process) are in %s.
 In another shell:
 
   export KUBECONFIG=%s
-  kubectl get nodes
+  export PATH=%s:$PATH     # kubectl inspect gpushare
+  kubectl get pods -o wide
+  kubectl inspect gpushare -d
 
-Device plugins register on <node root>/device-plugins/kubelet.sock under %s/kubelets/.
+Containers are fake (the hollow kubelet runs no images); every GPU is simulated.
 Press Ctrl-C here to stop everything.
-`, c.Dir(), c.AdminKubeconfig(), c.Dir())
-	<-ctx.Done()
+`, since(began), len(nodeNames), strings.Join(nodeNames, ", "), c.Dir(), c.AdminKubeconfig(), binDir)
+	select {
+	case <-ctx.Done():
+	case p := <-procs.died:
+		fmt.Fprintf(os.Stderr, "%s exited; see %s\n", p.name, p.log)
+	}
 	fmt.Println("\nstopping...")
 	return nil
 }
+
+// applySamples applies manifests/samples. The bed runs no controller-manager, so for each
+// Deployment the demo creates the pods its ReplicaSet would (name <deployment>-<i>). It returns the
+// names of the pods to wait for, all in namespace default.
+func applySamples(ctx context.Context, a *manifests.Applier, client kubernetes.Interface, dir string) ([]string, error) {
+	objs, err := manifests.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	var pods []string
+	for _, o := range objs {
+		if _, err := a.Apply(ctx, o); err != nil {
+			return nil, err
+		}
+		switch o.GetKind() {
+		case "Pod":
+			pods = append(pods, o.GetName())
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				return nil, err
+			}
+			replicas := int32(1)
+			if d.Spec.Replicas != nil {
+				replicas = *d.Spec.Replicas
+			}
+			for i := range replicas {
+				name := fmt.Sprintf("%s-%d", d.Name, i)
+				pod := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: d.Spec.Template.Labels},
+					Spec:       d.Spec.Template.Spec,
+				}
+				if _, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					return nil, fmt.Errorf("create pod %s of Deployment %s: %w", name, d.Name, err)
+				}
+				pods = append(pods, name)
+			}
+		}
+		fmt.Printf("applied %s\n", manifests.Describe(o))
+	}
+	return pods, nil
+}
+
+// waitRunning watches the pods in namespace default until every one of names is Running,
+// printing a line whenever the count changes.
+func waitRunning(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	state := map[string]string{} // pod -> "waiting", "bound" or "Running"
+	reasons := map[string]bool{} // unschedulable messages already printed
+	last := ""
+	lw := toolscache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", metav1.NamespaceDefault, fields.Everything())
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || !want[p.Name] {
+			return false, nil
+		}
+		switch {
+		case ev.Type == watch.Deleted:
+			delete(state, p.Name)
+		case p.Status.Phase == corev1.PodRunning:
+			state[p.Name] = "Running"
+		case p.Spec.NodeName != "":
+			state[p.Name] = "bound"
+		default:
+			state[p.Name] = "waiting"
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" && !reasons[c.Message] {
+					reasons[c.Message] = true
+					fmt.Printf("    %s not scheduled yet: %s\n", p.Name, c.Message)
+				}
+			}
+		}
+		counts := map[string]int{}
+		for _, s := range state {
+			counts[s]++
+		}
+		line := fmt.Sprintf("  %d/%d sample pods Running, %d bound (containers starting), %d waiting for the scheduler",
+			counts["Running"], len(names), counts["bound"], len(names)-counts["Running"]-counts["bound"])
+		if line != last {
+			fmt.Println(line)
+			last = line
+		}
+		return counts["Running"] == len(names), nil
+	})
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("sample pods not Running after %s (last: %s); see the logs in the cluster directory", timeout, strings.TrimSpace(last))
+	}
+	return err
+}
+
+// processes are our programs, started as children that die with this process (Pdeathsig) and in
+// their own process group (a terminal's Ctrl-C reaches only us; we stop them in order).
+type processes struct {
+	mu   sync.Mutex
+	all  []*proc
+	died chan *proc
+}
+
+type proc struct {
+	name, log string
+	cmd       *exec.Cmd
+	done      chan struct{}
+	stopping  bool
+}
+
+func (ps *processes) start(ctx context.Context, name, bin, logPath string, env []string, args ...string) (*proc, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.died == nil {
+		ps.died = make(chan *proc, 64)
+	}
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "==== %s start %s: %s %s\n", name, time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	ps.all = append(ps.all, p)
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		close(p.done)
+		ps.mu.Lock()
+		stopping := p.stopping
+		ps.mu.Unlock()
+		if !stopping {
+			ps.died <- p
+		}
+	}()
+	return p, nil
+}
+
+// stopAll sends SIGTERM to every process, newest first, and waits up to 10 s for each before
+// killing it.
+func (ps *processes) stopAll() {
+	ps.mu.Lock()
+	all := append([]*proc(nil), ps.all...)
+	for _, p := range all {
+		p.stopping = true
+	}
+	ps.mu.Unlock()
+	for i := len(all) - 1; i >= 0; i-- {
+		p := all[i]
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+	}
+}
+
+// waitFor polls ready every 50 ms until it holds, the timeout passes, ctx ends or p exits.
+func waitFor(ctx context.Context, timeout time.Duration, p *proc, what string, ready func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not ready after %s (%w); see %s", what, timeout, ctx.Err(), p.log)
+		case <-p.done:
+			return fmt.Errorf("%s: %s exited; see %s", what, p.name, p.log)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }

@@ -1,0 +1,214 @@
+package manifests
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+func loadT(t *testing.T, sub string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	dir, err := Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Load(filepath.Join(dir, sub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if _, dup := out[Describe(o)]; dup {
+			t.Fatalf("%s twice", Describe(o))
+		}
+		out[Describe(o)] = o
+	}
+	return out
+}
+
+func convert[T any](t *testing.T, o *unstructured.Unstructured) *T {
+	t.Helper()
+	if o == nil {
+		t.Fatal("object missing")
+	}
+	var v T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &v, true); err != nil {
+		t.Fatalf("%s: %v", Describe(o), err)
+	}
+	return &v
+}
+
+// The shipped objects carry the contract's facts (docs/contract.md sections 4 and 6).
+func TestInstallManifests(t *testing.T) {
+	objs := loadT(t, ".")
+	ds := convert[appsv1.DaemonSet](t, objs["DaemonSet kube-system/gpushare-device-plugin"])
+	spec := ds.Spec.Template.Spec
+	if spec.NodeSelector[gpushare.LabelGPUShare] != gpushare.LabelValueTrue {
+		t.Errorf("device plugin nodeSelector %v, want %s=%s", spec.NodeSelector, gpushare.LabelGPUShare, gpushare.LabelValueTrue)
+	}
+	if len(spec.Volumes) != 1 || spec.Volumes[0].HostPath == nil || spec.Volumes[0].HostPath.Path != gpushare.DevicePluginDir {
+		t.Errorf("device plugin volumes %+v, want hostPath %s", spec.Volumes, gpushare.DevicePluginDir)
+	}
+	c := spec.Containers[0]
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != gpushare.DevicePluginDir {
+		t.Errorf("device plugin mounts %+v, want %s", c.VolumeMounts, gpushare.DevicePluginDir)
+	}
+	var nodeName bool
+	for _, e := range c.Env {
+		nodeName = nodeName || (e.Name == gpushare.EnvNodeName && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName")
+	}
+	if !nodeName {
+		t.Errorf("device plugin env %+v lacks %s from spec.nodeName", c.Env, gpushare.EnvNodeName)
+	}
+	if !strings.HasSuffix(c.Image, ":dev") {
+		t.Errorf("device plugin image %q: the kustomization's newTag was not applied", c.Image)
+	}
+	if spec.ServiceAccountName != "gpushare-device-plugin" {
+		t.Errorf("device plugin ServiceAccount %q", spec.ServiceAccountName)
+	}
+
+	svc := convert[corev1.Service](t, objs["Service kube-system/gpushare-scheduler-extender"])
+	if p := svc.Spec.Ports; svc.Spec.Type != corev1.ServiceTypeNodePort || len(p) != 1 || p[0].Port != 12345 || p[0].NodePort != 32766 {
+		t.Errorf("extender Service %s %+v, want NodePort 32766 -> 12345", svc.Spec.Type, p)
+	}
+	ext := convert[appsv1.Deployment](t, objs["Deployment kube-system/gpushare-scheduler-extender"])
+	if *ext.Spec.Replicas != 1 || ext.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("extender Deployment: %d replicas, strategy %s; want 1 and Recreate (one binder at a time)", *ext.Spec.Replicas, ext.Spec.Strategy.Type)
+	}
+	if args := ext.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--listen=:12345") {
+		t.Errorf("extender args %v, want --listen=:12345", args)
+	}
+	for _, name := range []string{"ClusterRoleBinding gpushare-device-plugin", "ClusterRoleBinding gpushare-scheduler-extender", "RoleBinding kube-system/gpushare-scheduler-extender"} {
+		b := objs[name]
+		if b == nil {
+			t.Errorf("%s missing", name)
+			continue
+		}
+		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+		if len(subjects) != 1 || subjects[0].(map[string]any)["kind"] != rbacv1.ServiceAccountKind || subjects[0].(map[string]any)["namespace"] != "kube-system" {
+			t.Errorf("%s subjects %v, want one kube-system ServiceAccount", name, subjects)
+		}
+	}
+}
+
+type schedulerConfig struct {
+	LeaderElection struct {
+		ResourceName string `json:"resourceName"`
+	} `json:"leaderElection"`
+	Profiles []struct {
+		SchedulerName string `json:"schedulerName"`
+	} `json:"profiles"`
+	Extenders []extenderConfig `json:"extenders"`
+}
+
+func checkExtender(t *testing.T, what string, data []byte, port string) schedulerConfig {
+	t.Helper()
+	var cfg schedulerConfig
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if len(cfg.Extenders) != 1 {
+		t.Fatalf("%s: %d extenders, want 1", what, len(cfg.Extenders))
+	}
+	e := cfg.Extenders[0]
+	if !strings.HasSuffix(e.URLPrefix, ":"+port+"/gpushare-scheduler") {
+		t.Errorf("%s: urlPrefix %q, want port %s and path /gpushare-scheduler", what, e.URLPrefix, port)
+	}
+	if e.FilterVerb != "filter" || e.PrioritizeVerb != "prioritize" || e.BindVerb != "bind" || e.Weight <= 0 {
+		t.Errorf("%s: verbs %q %q %q weight %d", what, e.FilterVerb, e.PrioritizeVerb, e.BindVerb, e.Weight)
+	}
+	if !e.NodeCacheCapable || e.Ignorable || len(e.ManagedResources) != 1 || e.ManagedResources[0].Name != string(gpushare.ResourceName) {
+		t.Errorf("%s: nodeCacheCapable %v ignorable %v managedResources %+v", what, e.NodeCacheCapable, e.Ignorable, e.ManagedResources)
+	}
+	return cfg
+}
+
+func TestSchedulerConfigs(t *testing.T) {
+	dir, err := Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := SchedulerConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExtender(t, SchedulerConfigFile, data, "32766")
+	exts, err := Extenders(data, "http://x/gpushare-scheduler")
+	if err != nil || len(exts) != 1 || !exts[0].NodeCacheCapable || exts[0].ManagedResources[0].Name != string(gpushare.ResourceName) {
+		t.Errorf("Extenders: %+v, %v", exts, err)
+	}
+
+	second, err := SecondSchedulerConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := checkExtender(t, "second scheduler", second, "12345")
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != SecondSchedulerName || cfg.LeaderElection.ResourceName != SecondSchedulerName {
+		t.Errorf("second scheduler: profiles %+v, lease %q; want %s for both", cfg.Profiles, cfg.LeaderElection.ResourceName, SecondSchedulerName)
+	}
+	objs := loadT(t, SecondSchedulerDir)
+	role := convert[rbacv1.Role](t, objs["Role kube-system/gpushare-scheduler-leader-election"])
+	if !slices.Contains(role.Rules[0].ResourceNames, cfg.LeaderElection.ResourceName) {
+		t.Errorf("leader-election Role names %v, the config's lease is %q", role.Rules[0].ResourceNames, cfg.LeaderElection.ResourceName)
+	}
+	d := convert[appsv1.Deployment](t, objs["Deployment kube-system/gpushare-scheduler"])
+	if img := d.Spec.Template.Spec.Containers[0].Image; img != "registry.k8s.io/kube-scheduler:v1.37.2" {
+		t.Errorf("second scheduler image %q", img)
+	}
+}
+
+func TestSamples(t *testing.T) {
+	objs := loadT(t, "samples")
+	d := convert[appsv1.Deployment](t, objs["Deployment gpushare-sample"])
+	pod := convert[corev1.Pod](t, objs["Pod gpushare-multi-container"])
+	for _, spec := range []corev1.PodSpec{d.Spec.Template.Spec, pod.Spec} {
+		if n, err := gpushare.PodRequest(&corev1.Pod{Spec: spec}); err != nil || n == 0 {
+			t.Errorf("sample request: %d units, %v", n, err)
+		}
+	}
+	var gpuContainers int
+	for _, c := range pod.Spec.Containers {
+		if _, ok := c.Resources.Limits[gpushare.ResourceName]; ok {
+			gpuContainers++
+		}
+	}
+	if gpuContainers < 2 {
+		t.Errorf("multi-container sample has %d GPU containers, want at least 2", gpuContainers)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("kustomization.yaml", "resources: [a.yaml]\nnamespace: x\n")
+	write("a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
+	if _, err := Load(dir); err == nil {
+		t.Error("a kustomization field the reader does not implement was accepted")
+	}
+	write("kustomization.yaml", "resources: [a.yaml]\nimages:\n- name: nothing\n  newTag: v1\n")
+	if _, err := Load(dir); err == nil {
+		t.Error("an images entry that matches nothing was accepted")
+	}
+	write("kustomization.yaml", "resources: [a.yaml]\n")
+	write("a.yaml", "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: r.io/x:1\n---\n")
+	objs, err := Load(dir)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("Load: %d objects, %v", len(objs), err)
+	}
+}

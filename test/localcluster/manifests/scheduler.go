@@ -1,0 +1,123 @@
+package manifests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+// SchedulerConfigFile is the default scheduler's KubeSchedulerConfiguration, relative to Dir.
+const SchedulerConfigFile = "scheduler/kube-scheduler-config.yaml"
+
+// Second-scheduler names in manifests/second-scheduler.
+const (
+	SecondSchedulerDir       = "second-scheduler"
+	SecondSchedulerConfigMap = "gpushare-scheduler-config"
+	SecondSchedulerConfigKey = "config.yaml"
+	SecondSchedulerName      = "gpushare-scheduler"
+)
+
+// extenderConfig mirrors kubescheduler.config.k8s.io/v1 Extender for the fields the manifests set.
+type extenderConfig struct {
+	URLPrefix        string  `json:"urlPrefix"`
+	FilterVerb       string  `json:"filterVerb"`
+	PrioritizeVerb   string  `json:"prioritizeVerb"`
+	Weight           int64   `json:"weight"`
+	BindVerb         string  `json:"bindVerb"`
+	EnableHTTPS      bool    `json:"enableHTTPS"`
+	HTTPTimeout      *string `json:"httpTimeout"`
+	NodeCacheCapable bool    `json:"nodeCacheCapable"`
+	ManagedResources []struct {
+		Name               string `json:"name"`
+		IgnoredByScheduler bool   `json:"ignoredByScheduler"`
+	} `json:"managedResources"`
+	Ignorable bool `json:"ignorable"`
+}
+
+// Extenders returns the extenders of a KubeSchedulerConfiguration as the test bed's type, with
+// every URL prefix replaced by urlPrefix, so the demo runs the shipped settings against its own
+// extender.
+func Extenders(config []byte, urlPrefix string) ([]cluster.Extender, error) {
+	var cfg struct {
+		Extenders []extenderConfig `json:"extenders"`
+	}
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		return nil, err
+	}
+	var out []cluster.Extender
+	for _, e := range cfg.Extenders {
+		x := cluster.Extender{
+			URLPrefix: urlPrefix, FilterVerb: e.FilterVerb, PrioritizeVerb: e.PrioritizeVerb, Weight: e.Weight,
+			BindVerb: e.BindVerb, EnableHTTPS: e.EnableHTTPS, NodeCacheCapable: e.NodeCacheCapable, Ignorable: e.Ignorable,
+		}
+		if e.HTTPTimeout != nil {
+			d, err := time.ParseDuration(*e.HTTPTimeout)
+			if err != nil {
+				return nil, fmt.Errorf("httpTimeout: %w", err)
+			}
+			x.HTTPTimeout = d
+		}
+		for _, m := range e.ManagedResources {
+			x.ManagedResources = append(x.ManagedResources, cluster.ManagedResource{Name: m.Name, IgnoredByScheduler: m.IgnoredByScheduler})
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// RewriteSchedulerConfig returns config with clientConnection.kubeconfig set to kubeconfig and
+// every extender's urlPrefix set to urlPrefix; everything else is kept as shipped.
+func RewriteSchedulerConfig(config []byte, kubeconfig, urlPrefix string) ([]byte, error) {
+	var m map[string]any
+	if err := yaml.Unmarshal(config, &m); err != nil {
+		return nil, err
+	}
+	if err := unstructured.SetNestedField(m, kubeconfig, "clientConnection", "kubeconfig"); err != nil {
+		return nil, err
+	}
+	exts, _, err := unstructured.NestedSlice(m, "extenders")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range exts {
+		e, ok := e.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("extenders entry is not an object")
+		}
+		e["urlPrefix"] = urlPrefix
+	}
+	if err := unstructured.SetNestedSlice(m, exts, "extenders"); err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(m)
+}
+
+// SecondSchedulerConfig returns the KubeSchedulerConfiguration shipped in the second scheduler's
+// ConfigMap.
+func SecondSchedulerConfig(dir string) ([]byte, error) {
+	objs, err := Load(filepath.Join(dir, SecondSchedulerDir))
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && o.GetName() == SecondSchedulerConfigMap {
+			data, found, err := unstructured.NestedString(o.Object, "data", SecondSchedulerConfigKey)
+			if err != nil || !found {
+				return nil, fmt.Errorf("ConfigMap %s has no data.%s (%v)", SecondSchedulerConfigMap, SecondSchedulerConfigKey, err)
+			}
+			return []byte(data), nil
+		}
+	}
+	return nil, fmt.Errorf("%s has no ConfigMap %s", SecondSchedulerDir, SecondSchedulerConfigMap)
+}
+
+// SchedulerConfig reads the default scheduler's shipped configuration.
+func SchedulerConfig(dir string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(dir, SchedulerConfigFile))
+}
