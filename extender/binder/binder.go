@@ -2,14 +2,12 @@ package binder
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -30,8 +28,6 @@ type Config struct {
 	Cache  *cache.Cache
 	Policy allocator.Policy
 	Logger *zap.Logger
-	// ConflictRetries bounds PATCH retries on a conflict; zero means 5.
-	ConflictRetries int
 	// Now returns the time for ALIYUN_COM_GPU_MEM_ASSUME_TIME; nil means time.Now.
 	Now func() time.Time
 }
@@ -44,9 +40,6 @@ type Binder struct {
 
 // New returns a Binder.
 func New(cfg Config) *Binder {
-	if cfg.ConflictRetries == 0 {
-		cfg.ConflictRetries = 5
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -105,38 +98,23 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 	return p, nil
 }
 
-// write PATCHes the annotations, then creates the Binding.
+// write creates the Binding carrying the annotations. The API server merges a
+// Binding's annotations into the pod in the same update that sets its node
+// (pods/binding), so one request does what the old extender did with a PATCH
+// and a POST, and no pod is ever seen annotated but unbound, or bound without
+// its GPU. The Binding's UID is a precondition: if the name now belongs to
+// another pod, the API server refuses it.
 func (b *Binder) write(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, a cache.Assumption) error {
 	key := pod.Namespace + "/" + pod.Name
 	annotations, err := a.Placement.Assignment(a.Request, b.cfg.Now().UnixNano()).Encode()
 	if err != nil {
 		return fmt.Errorf("encode assignment of pod %s: %w", key, err)
 	}
-	// The UID in the patch is a precondition: the API server refuses the
-	// patch (a conflict) if the name now belongs to another pod.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": annotations}})
-	if err != nil {
-		return fmt.Errorf("encode patch of pod %s: %w", key, err)
-	}
-	pods := b.cfg.Client.CoreV1().Pods(pod.Namespace)
-	for attempt := 1; ; attempt++ {
-		_, err = pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if err == nil {
-			break
-		}
-		if !apierrors.IsConflict(err) || attempt >= b.cfg.ConflictRetries {
-			return fmt.Errorf("annotate pod %s: %w", key, err)
-		}
-		// Find out whether the conflict is a replaced pod (fatal) or a passing one.
-		if _, gerr := b.pod(ctx, pod.Namespace, pod.Name, pod.UID); gerr != nil {
-			return gerr
-		}
-	}
 	binding := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
 	}
-	if err := pods.Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+	if err := b.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
 	}
 	return nil

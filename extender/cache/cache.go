@@ -326,8 +326,8 @@ func (c *Cache) upsertPod(obj any) {
 	defer c.mu.Unlock()
 	old, had := c.pods[pod.UID]
 	if ps == nil {
-		// Between the binder's PATCH and its Binding the pod is annotated but
-		// not bound; keep the assumption until the bind lands or is forgotten.
+		// Until the binder's Binding lands the informer still sees the pod
+		// unbound; keep the assumption until the bind lands or is forgotten.
 		if had && old.assumed && pod.Spec.NodeName == "" && !finished(pod) {
 			return
 		}
