@@ -54,11 +54,11 @@ func gpuPod(name string, units ...int64) *corev1.Pod {
 }
 
 type env struct {
-	t       *testing.T
-	client  *fake.Clientset
-	cache   *cache.Cache
-	srv     *httptest.Server
-	binds   atomic.Int32 // Binding creates, the bind's only write
+	t      *testing.T
+	client *fake.Clientset
+	cache  *cache.Cache
+	srv    *httptest.Server
+	binds  atomic.Int32 // Binding creates, the bind's only write
 }
 
 // bindReactor makes the fake clientset honour pods/binding as the API server
