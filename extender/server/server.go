@@ -166,19 +166,24 @@ func candidates(w http.ResponseWriter, args *extenderv1.ExtenderArgs) ([]string,
 	return nil, false
 }
 
-func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
+// extenderArgs is what filter and prioritize share: readiness, the bounded
+// body, and the candidate node names; on false the error is already written.
+func (s *Server) extenderArgs(w http.ResponseWriter, r *http.Request) (*extenderv1.ExtenderArgs, []string, bool) {
 	if !s.ready(w) {
-		return
+		return nil, nil, false
 	}
 	var args extenderv1.ExtenderArgs
 	if !decode(w, r, s.cfg.MaxBodyBytes, &args) {
-		return
+		return nil, nil, false
 	}
 	names, ok := candidates(w, &args)
-	if !ok {
-		return
+	return &args, names, ok
+}
+
+func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
+	if args, names, ok := s.extenderArgs(w, r); ok {
+		writeJSON(w, http.StatusOK, Filter(s.cfg.Cache, s.cfg.Policy, args, names))
 	}
-	writeJSON(w, http.StatusOK, Filter(s.cfg.Cache, s.cfg.Policy, &args, names))
 }
 
 // Filter is the filter verb without HTTP: which of names (from args) fit
@@ -236,18 +241,9 @@ func Filter(c Cache, policy allocator.Policy, args *extenderv1.ExtenderArgs, nam
 }
 
 func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {
-	if !s.ready(w) {
-		return
+	if args, names, ok := s.extenderArgs(w, r); ok {
+		writeJSON(w, http.StatusOK, Prioritize(s.cfg.Cache, s.cfg.Policy, args.Pod, names))
 	}
-	var args extenderv1.ExtenderArgs
-	if !decode(w, r, s.cfg.MaxBodyBytes, &args) {
-		return
-	}
-	names, ok := candidates(w, &args)
-	if !ok {
-		return
-	}
-	writeJSON(w, http.StatusOK, Prioritize(s.cfg.Cache, s.cfg.Policy, args.Pod, names))
 }
 
 // Prioritize is the prioritize verb without HTTP: a score per node, zero for
