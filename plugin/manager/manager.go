@@ -98,7 +98,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.RecordRetry.Steps <= 0 {
-		cfg.RecordRetry = DefaultRecordRetry
+		cfg.RecordRetry = DefaultRecordRetry()
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -21,7 +21,9 @@ import (
 // 10 more tries over about two and a half minutes, long enough to ride out
 // an API server restart, short enough that a pod that is gone for good does
 // not keep a goroutine for long.
-var DefaultRecordRetry = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 30 * time.Second}
+func DefaultRecordRetry() wait.Backoff {
+	return wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 30 * time.Second}
+}
 
 // errBadRecord marks a record that cannot be computed (a malformed
 // container-env annotation, an unreadable request): retrying cannot help.
