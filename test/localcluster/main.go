@@ -92,7 +92,7 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 	defer buildErr() //nolint:errcheck // reported where it is first needed
 
 	start := time.Now()
-	fmt.Println("building the test bed (cached after the first run; about 6.5 minutes cold on 2 cores)...")
+	fmt.Println("building the test bed (cached after the first run; about 12 minutes cold on 2 cores)...")
 	bed, err := cluster.Binaries()
 	if err != nil {
 		return err
