@@ -16,7 +16,7 @@ const EnvBinDir = "GPUSHARE_BED_BIN"
 
 // Binaries returns the directory with the bed's binaries: $GPUSHARE_BED_BIN when set, otherwise
 // the output of test/bed/build.sh, which reuses a cached build keyed by version and source hash
-// (milliseconds when warm, about 6.5 minutes cold on 2 cores).
+// (milliseconds when warm, about 12.5 minutes cold on 2 cores).
 func Binaries() (string, error) {
 	if dir := os.Getenv(EnvBinDir); dir != "" {
 		return dir, nil
