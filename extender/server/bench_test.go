@@ -94,25 +94,7 @@ func runTimed(b *testing.B, op func()) {
 
 // BenchmarkFilter measures the filter verb through the HTTP handler (JSON
 // decode of the pod and node names, placement on every node, JSON encode).
-func BenchmarkFilter(b *testing.B) {
-	for _, nodes := range []int{1000, 5000} {
-		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			e := newBenchEnv(b, nodes)
-			body, err := json.Marshal(extenderv1.ExtenderArgs{Pod: gpuPod("p", 24), NodeNames: &e.names})
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := e.server.Handler()
-			runTimed(b, func() {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, httptest.NewRequest("POST", gpushare.ExtenderURLPrefix+"/filter", bytes.NewReader(body)))
-				if rec.Code != http.StatusOK {
-					b.Fatalf("filter: %d %s", rec.Code, rec.Body)
-				}
-			})
-		})
-	}
-}
+func BenchmarkFilter(b *testing.B) { benchVerb(b, "filter") }
 
 // BenchmarkFilterCore measures the filter decision alone, without JSON.
 func BenchmarkFilterCore(b *testing.B) {
@@ -130,7 +112,10 @@ func BenchmarkFilterCore(b *testing.B) {
 }
 
 // BenchmarkPrioritize measures the prioritize verb through the HTTP handler.
-func BenchmarkPrioritize(b *testing.B) {
+func BenchmarkPrioritize(b *testing.B) { benchVerb(b, "prioritize") }
+
+// benchVerb measures a verb through the HTTP handler at 1,000 and 5,000 nodes.
+func benchVerb(b *testing.B, verb string) {
 	for _, nodes := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			e := newBenchEnv(b, nodes)
@@ -141,9 +126,9 @@ func BenchmarkPrioritize(b *testing.B) {
 			h := e.server.Handler()
 			runTimed(b, func() {
 				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, httptest.NewRequest("POST", gpushare.ExtenderURLPrefix+"/prioritize", bytes.NewReader(body)))
+				h.ServeHTTP(rec, httptest.NewRequest("POST", gpushare.ExtenderURLPrefix+"/"+verb, bytes.NewReader(body)))
 				if rec.Code != http.StatusOK {
-					b.Fatalf("prioritize: %d", rec.Code)
+					b.Fatalf("%s: %d %s", verb, rec.Code, rec.Body)
 				}
 			})
 		})
