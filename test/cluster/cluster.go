@@ -53,6 +53,7 @@ type Cluster struct {
 	scheduler *process
 	schedPort int
 	kubelets  map[string]*Kubelet
+	programs  map[string]*Program
 	stopped   bool
 }
 
@@ -65,7 +66,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c = &Cluster{bin: bin, dir: cfg.Dir, timeout: cfg.ReadyTimeout, kubelets: map[string]*Kubelet{}}
+	c = &Cluster{bin: bin, dir: cfg.Dir, timeout: cfg.ReadyTimeout, kubelets: map[string]*Kubelet{}, programs: map[string]*Program{}}
 	if c.timeout == 0 {
 		c.timeout = 60 * time.Second
 	}
@@ -240,8 +241,17 @@ func (c *Cluster) Stop() {
 		kubelets = append(kubelets, k)
 	}
 	sched := c.scheduler
+	programs := make([]*Program, 0, len(c.programs))
+	for _, p := range c.programs {
+		programs = append(programs, p)
+	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup
+	// Our programs first: they talk to kubelets and the API server, which stop after them.
+	for _, p := range programs {
+		wg.Go(func() { p.proc.stop(5 * time.Second) })
+	}
+	wg.Wait()
 	for _, k := range kubelets {
 		wg.Go(func() {
 			k.proc.stop(5 * time.Second)
@@ -284,6 +294,14 @@ func (c *Cluster) processes() []*process {
 	sort.Strings(names)
 	for _, name := range names {
 		ps = append(ps, c.kubelets[name].proc, c.kubelets[name].runtime)
+	}
+	progs := make([]string, 0, len(c.programs))
+	for name := range c.programs {
+		progs = append(progs, name)
+	}
+	sort.Strings(progs)
+	for _, name := range progs {
+		ps = append(ps, c.programs[name].proc)
 	}
 	return ps
 }
