@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -110,12 +113,52 @@ func (b *Binder) write(ctx context.Context, pod *corev1.Pod, args extenderv1.Ext
 	if err != nil {
 		return fmt.Errorf("encode assignment of pod %s: %w", key, err)
 	}
+	if err := overwriteStale(pod, a, annotations); err != nil {
+		return fmt.Errorf("encode assignment of pod %s: %w", key, err)
+	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
 	}
 	if err := b.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
+	}
+	return nil
+}
+
+// overwriteStale adds to annotations the keys a bind does not normally write
+// but the pending pod already carries, written by hand or copied from a
+// running pod. A Binding can only add or replace annotations, and a stale
+// allocation would take precedence over the index just chosen, a stale record
+// would tell the device plugin its containers were served already; so both are
+// replaced with the truth: the placement's allocation, and an empty record. A
+// split pod's index names no GPU of its own (its allocation does); a stale one
+// is replaced by the pod's lowest GPU so it never names a GPU the pod is not on.
+func overwriteStale(pod *corev1.Pod, a cache.Assumption, annotations map[string]string) error {
+	if _, stale := pod.Annotations[gpushare.AnnotationGPUIndex]; stale && a.Placement.Split {
+		if _, set := annotations[gpushare.AnnotationGPUIndex]; !set {
+			gpus := slices.Sorted(maps.Values(a.Placement.Containers))
+			annotations[gpushare.AnnotationGPUIndex] = strconv.Itoa(gpus[0])
+		}
+	}
+	if _, stale := pod.Annotations[gpushare.AnnotationAllocation]; stale {
+		if _, set := annotations[gpushare.AnnotationAllocation]; !set {
+			value := "{}" // no regular container asks for gpu-mem: an empty allocation names no GPU
+			if alloc := gpushare.AllocationForGPU(a.Request.Containers, a.Placement.Home); alloc != nil {
+				var err error
+				if value, err = gpushare.EncodeAllocation(alloc); err != nil {
+					return err
+				}
+			}
+			annotations[gpushare.AnnotationAllocation] = value
+		}
+	}
+	if _, stale := pod.Annotations[gpushare.AnnotationContainerEnv]; stale {
+		empty, err := gpushare.EncodeContainerEnvs(nil)
+		if err != nil {
+			return err
+		}
+		annotations[gpushare.AnnotationContainerEnv] = empty
 	}
 	return nil
 }

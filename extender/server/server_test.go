@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -491,5 +492,71 @@ func TestNotReady(t *testing.T) {
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != 200 {
 		t.Errorf("healthz = %d", rec.Code)
+	}
+}
+
+// A pending pod may carry assignment annotations written by hand or copied from a running pod.
+// The Binding can only add or replace annotations, so the bind replaces every key it would
+// otherwise leave stale: the pod's annotations then read back exactly the placement chosen.
+func TestBindOverwritesStaleAnnotations(t *testing.T) {
+	stale := map[string]string{
+		gpushare.AnnotationGPUIndex:     "7",
+		gpushare.AnnotationAllocation:   `{"0":{"5":3}}`,
+		gpushare.AnnotationAssigned:     "true",
+		gpushare.AnnotationPodUnits:     "99",
+		gpushare.AnnotationContainerEnv: `{"c0":{"gpu":5,"pod":3,"container":3,"dev":16}}`,
+	}
+	for _, tc := range []struct {
+		name      string
+		units     []int64
+		wantAlloc string
+		wantIdx   string
+	}{
+		{"single GPU", []int64{4}, `{"0":{"0":4}}`, "0"},
+		{"split", []int64{10, 10}, `{"0":{"0":10},"1":{"1":10}}`, "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, gpuNode("n1", 32, 2))
+			ctx := context.Background()
+			p := gpuPod("p", tc.units...)
+			p.Annotations = maps.Clone(stale)
+			if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if code, msg := e.bind(p, "n1"); code != 200 || msg != "" {
+				t.Fatalf("bind: %d %s", code, msg)
+			}
+			got, err := e.client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			an := got.Annotations
+			if an[gpushare.AnnotationAllocation] != tc.wantAlloc || an[gpushare.AnnotationGPUIndex] != tc.wantIdx ||
+				an[gpushare.AnnotationAssigned] != "false" || an[gpushare.AnnotationContainerEnv] != "{}" {
+				t.Fatalf("annotations after bind: %v", an)
+			}
+			reqs, err := gpushare.ContainerRequests(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, ok, err := gpushare.DecodePodAssignment(an)
+			if err != nil || !ok || a.PodUnits != gpushare.PodUnits(reqs) {
+				t.Fatalf("assignment %+v %v %v", a, ok, err)
+			}
+			charges, err := a.Charges(reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum uint64
+			for g, u := range charges {
+				if g != 0 && g != 1 {
+					t.Fatalf("charges name GPU %d the node lacks: %v", g, charges)
+				}
+				sum += u
+			}
+			if sum != gpushare.PodUnits(reqs) {
+				t.Fatalf("charges %v, pod asks for %d", charges, gpushare.PodUnits(reqs))
+			}
+		})
 	}
 }
