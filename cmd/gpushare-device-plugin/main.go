@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/plugin/nvml"
+	"github.com/gpushare/gpushare/plugin/podresources"
 )
 
 func main() {
@@ -33,6 +34,7 @@ type options struct {
 	backend      string
 	unit         gpushare.Unit
 	dir          string
+	podResources string
 	kubeconfig   string
 	healthCheck  bool
 	quiet        time.Duration
@@ -49,6 +51,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.StringVar(&o.backend, "gpu-backend", nvml.BackendNVML, "GPU backend: "+strings.Join(nvml.Backends(), ", ")+" (simulated ones are for tests and demos)")
 	fs.TextVar(&o.unit, "memory-unit", gpushare.GiB, "size of one aliyun.com/gpu-mem unit: GiB, MiB or <n>MiB where n divides 1024 (e.g. 256MiB)")
 	fs.StringVar(&o.dir, "device-plugin-dir", gpushare.DevicePluginDir, "the kubelet's device-plugin directory")
+	fs.StringVar(&o.podResources, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's pod-resources API, to check which container each Allocate went to; empty turns the check off")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
 	fs.BoolVar(&o.healthCheck, "health-check", true, "watch NVML for critical Xid and ECC errors and mark the GPU unhealthy")
 	fs.DurationVar(&o.quiet, "health-quiet-period", manager.DefaultHealthQuietPeriod, "how long a GPU must go without a health event to be healthy again")
@@ -142,7 +145,7 @@ func serve(o options, logger *zap.Logger) error {
 		}
 	}()
 	m, err := manager.New(manager.Config{
-		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir,
+		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir, PodResourcesSocket: o.podResources,
 		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
 		Restart: restart, Logger: logger,
 	})

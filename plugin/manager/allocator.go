@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/allocate"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/inventory"
+	"github.com/gpushare/gpushare/plugin/podresources"
 	"github.com/gpushare/gpushare/plugin/podsource"
 )
 
@@ -29,10 +30,30 @@ type allocator struct {
 	inventory func() *inventory.Inventory
 	wait      time.Duration
 
+	// holders, when set, tells which container the kubelet gave each device
+	// (its pod-resources API); nil keeps the matched pod as the truth.
+	holders func(context.Context) (map[string]podresources.Holder, error)
+
 	// mu serialises calls: each decision must see every earlier one in served.
 	mu     sync.Mutex
 	served allocate.Served
+	// pending are answers whose holder the kubelet has not shown yet.
+	pending []pendingServe
 }
+
+// pendingServe is an answered call waiting for the kubelet to show whose
+// container got its devices.
+type pendingServe struct {
+	decision allocate.Decision
+	device   string // one device of the call: IDs are unique on the node
+	at       time.Time
+}
+
+// attributeTimeout bounds how long an answer waits for its holder. The
+// kubelet records the devices right after Allocate returns, so only a pod
+// whose admission failed afterwards, or a pod-resources API that does not
+// answer, gets this far.
+const attributeTimeout = 3 * time.Second
 
 // Allocate implements server.Allocator.
 func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -50,6 +71,9 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The kubelet admits pods one at a time: the devices of its previous call
+	// are in its pod-resources answer by now, so settle that call first.
+	a.attributeLocked(ctx)
 	deadline := time.Now().Add(a.wait)
 	var decisions []allocate.Decision
 	for {
@@ -86,7 +110,7 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	}
 
 	resp := &pluginapi.AllocateResponse{}
-	for _, d := range decisions {
+	for i, d := range decisions {
 		a.served.Add(d.Pod.UID, d.Container.Name, d.Env)
 		log := a.log.With(zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name),
 			zap.Int("gpu", d.Env.GPUIndex), zap.Uint64("units", d.Env.ContainerUnits))
@@ -95,12 +119,10 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 				"the scheduler extender's rule was not followed and this answer may be for another pod",
 				zap.Strings("conflicts", d.Conflicts))
 		}
-		if retrying, err := a.rec.record(ctx, d); err != nil {
-			// The environment is right whatever happens to the record, and
-			// the in-memory record keeps this process from serving the
-			// container twice; failing the pod would help nobody. The
-			// recorder retries in the background where that can help.
-			log.Warn("record the container's environment on the pod", zap.Bool("retrying", retrying), zap.Error(err))
+		if ids := req.GetContainerRequests()[i].GetDevicesIds(); a.holders != nil && len(ids) > 0 {
+			a.pending = append(a.pending, pendingServe{decision: d, device: ids[0], at: time.Now()})
+		} else {
+			a.recordLocked(ctx, d)
 		}
 		log.Info("allocated")
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: d.Env.Map()})
@@ -142,4 +164,111 @@ func (a *allocator) prune(pods []*corev1.Pod) {
 			delete(a.served, uid)
 		}
 	}
+}
+
+// recordLocked writes what container d got on its pod.
+func (a *allocator) recordLocked(ctx context.Context, d allocate.Decision) {
+	if retrying, err := a.rec.record(ctx, d); err != nil {
+		// The environment is right whatever happens to the record, and the
+		// in-memory record keeps this process from serving the container
+		// twice; failing the pod would help nobody. The recorder retries in
+		// the background where that can help.
+		a.log.Warn("record the container's environment on the pod", zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name),
+			zap.String("container", d.Container.Name), zap.Bool("retrying", retrying), zap.Error(err))
+	}
+}
+
+// attribute settles pending answers; the manager calls it periodically so
+// the last call of a burst is recorded without waiting for another.
+func (a *allocator) attribute(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.attributeLocked(ctx)
+}
+
+// attributeLocked checks, for each pending answer, whose container the
+// kubelet gave the devices to. Usually it is the matched one. It is not when
+// the kubelet called for a pod that is not in flight: a restarted kubelet
+// admits again a pod being deleted whose devices it had already released,
+// and allocates it anew. Trusting the match would then mark an in-flight pod
+// served that is still to come, and every later call of that size would be
+// answered one pod off. So the served mark moves to the real holder when it
+// is in flight (it got the same environment, by the extender's rule), and is
+// dropped otherwise; only then is the record written.
+func (a *allocator) attributeLocked(ctx context.Context) {
+	if len(a.pending) == 0 {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	holders, err := a.holders(hctx)
+	cancel()
+	keep := a.pending[:0]
+	for _, p := range a.pending {
+		d := p.decision
+		h, found := holders[p.device]
+		switch {
+		case err != nil && time.Since(p.at) > attributeTimeout:
+			a.log.Warn("the kubelet's pod-resources API does not answer; recording the matched pod", zap.Error(err))
+			a.recordLocked(ctx, d)
+		case err != nil:
+			keep = append(keep, p)
+		case found && h.Namespace == d.Pod.Namespace && h.Pod == d.Pod.Name && h.Container == d.Container.Name:
+			a.recordLocked(ctx, d)
+		case found:
+			a.unserve(d)
+			a.moveTo(ctx, d, h)
+		case time.Since(p.at) > attributeTimeout:
+			a.unserve(d)
+			a.log.Warn("no container holds the devices of an answered Allocate (the kubelet refused the pod after it?); the matched container waits again",
+				zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name))
+		default:
+			keep = append(keep, p)
+		}
+	}
+	a.pending = keep
+}
+
+func (a *allocator) unserve(d allocate.Decision) {
+	if m := a.served[d.Pod.UID]; m != nil {
+		delete(m, d.Container.Name)
+		if len(m) == 0 {
+			delete(a.served, d.Pod.UID)
+		}
+	}
+}
+
+// moveTo records d's answer on the container h that really got it, when h
+// is a container of an in-flight pod still waiting for it.
+func (a *allocator) moveTo(ctx context.Context, d allocate.Decision, h podresources.Holder) {
+	log := a.log.With(zap.String("matched", d.Pod.Namespace+"/"+d.Pod.Name+"/"+d.Container.Name),
+		zap.String("holder", h.Namespace+"/"+h.Pod+"/"+h.Container))
+	for _, p := range a.src.Pods() {
+		if p.Namespace != h.Namespace || p.Name != h.Pod || p.Spec.NodeName != a.node || p.DeletionTimestamp != nil {
+			continue
+		}
+		asg, placed, err := gpushare.DecodePodAssignment(p.Annotations)
+		if err != nil || !placed || asg.Assigned {
+			break
+		}
+		reqs, err := gpushare.ContainerRequests(p)
+		if err != nil {
+			break
+		}
+		for _, r := range reqs {
+			if r.Name != h.Container || r.Units != d.Container.Units {
+				continue
+			}
+			if _, done := a.served[p.UID][r.Name]; done {
+				break
+			}
+			log.Info("the kubelet gave the answer to another in-flight container of the same size; recording it there")
+			moved := allocate.Decision{Pod: p, Container: r, Env: d.Env}
+			a.served.Add(p.UID, r.Name, d.Env)
+			a.recordLocked(ctx, moved)
+			return
+		}
+		break
+	}
+	log.Warn("the kubelet allocated devices to a container that is not waiting for a GPU " +
+		"(a pod being deleted, admitted again after a kubelet restart?); the matched container waits again")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/inventory"
 	"github.com/gpushare/gpushare/plugin/nvml"
+	"github.com/gpushare/gpushare/plugin/podresources"
 	"github.com/gpushare/gpushare/plugin/podsource"
 	"github.com/gpushare/gpushare/plugin/server"
 )
@@ -50,11 +51,17 @@ type Config struct {
 	OnRegistered func()
 	// MinBackoff and MaxBackoff bound the wait between failed restarts; 0 means the defaults.
 	MinBackoff, MaxBackoff time.Duration
+	// PodResourcesSocket is the kubelet's pod-resources API, used to check
+	// which container each answered Allocate went to; empty turns the check off.
+	PodResourcesSocket string
 	// RecordRetry paces the background retries of a container's record on
 	// its pod after the write during Allocate failed; Steps 0 means DefaultRecordRetry.
 	RecordRetry wait.Backoff
 	Logger      *zap.Logger
 }
+
+// attributeEvery paces the settling of answered calls between Allocates.
+const attributeEvery = 100 * time.Millisecond
 
 // Manager runs the device plugin until its context ends.
 type Manager struct {
@@ -160,10 +167,36 @@ func (m *Manager) Run(ctx context.Context) error {
 	// retry sees ctx end.
 	defer rec.wait()
 	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}}
+	if m.cfg.PodResourcesSocket != "" {
+		pr, err := podresources.New(m.cfg.PodResourcesSocket)
+		if err != nil {
+			return err
+		}
+		defer pr.Close()
+		alloc.holders = func(ctx context.Context) (map[string]podresources.Holder, error) {
+			return pr.Holders(ctx, string(gpushare.ResourceName))
+		}
+	} else {
+		m.log.Warn("no pod-resources socket: each Allocate is recorded on the pod it matched, unchecked against the kubelet")
+	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	if alloc.holders != nil {
+		wg.Go(func() {
+			tick := time.NewTicker(attributeEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					alloc.attribute(ctx)
+				}
+			}
+		})
+	}
 	if m.cfg.HealthCheck {
 		wg.Add(1)
 		go func() {

@@ -38,7 +38,8 @@ func startPlugin(t *testing.T, client kubernetes.Interface, kubelet *cluster.Kub
 	p := &runningPlugin{errc: make(chan error, 1), registered: make(chan time.Time, 100), lib: lib}
 	m, err := manager.New(manager.Config{
 		Node: kubelet.Name(), Client: client, Library: lib, DevicePluginDir: kubelet.DevicePluginDir(),
-		HealthCheck: true, AllocateWait: wait, Logger: zaptest.NewLogger(t).Named(kubelet.Name()),
+		PodResourcesSocket: kubelet.PodResourcesSocket(),
+		HealthCheck:        true, AllocateWait: wait, Logger: zaptest.NewLogger(t).Named(kubelet.Name()),
 		Health:       nvml.HealthOptions{WaitTimeout: 100 * time.Millisecond},
 		OnRegistered: func() { p.registered <- time.Now() },
 	})
