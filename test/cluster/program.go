@@ -80,3 +80,12 @@ func OwnBinaries(dir string, race bool) (string, error) {
 	}
 	return dir, nil
 }
+
+// LogCount returns how many lines of the program's log (all its runs) contain substr.
+func (p *Program) LogCount(substr string) int {
+	data, err := os.ReadFile(p.proc.logPath)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(data, []byte(substr))
+}
