@@ -61,21 +61,30 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	if err != nil {
 		return err
 	}
+	r, err := allocator.NewRequest(pod)
+	if err != nil {
+		return fmt.Errorf("bind pod %s: %w", key, err)
+	}
 	if pod.Spec.NodeName != "" {
 		// A retry of a bind that did succeed (the scheduler's request timed
 		// out after we answered): succeed again only if it is the same bind.
 		if pod.Spec.NodeName == args.Node {
-			if _, ok, err := gpushare.DecodePodAssignment(pod.Annotations); ok && err == nil {
+			if _, ok, err := gpushare.DecodePodAssignment(pod.Annotations); r.Units == 0 || (ok && err == nil) {
 				return nil
 			}
 		}
 		return fmt.Errorf("pod %s is already bound to node %s", key, pod.Spec.NodeName)
 	}
+	if r.Units == 0 {
+		// gpu-mem: 0 asks for no GPU memory: nothing to place, charge or
+		// record, but the scheduler still hands us its bind.
+		return b.write(ctx, pod, args, nil)
+	}
 	assumed, err := b.cfg.Cache.Assume(pod, args.Node, b.cfg.Policy)
 	if err != nil {
 		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
 	}
-	if err := b.write(ctx, pod, args, assumed); err != nil {
+	if err := b.write(ctx, pod, args, &assumed); err != nil {
 		b.cfg.Cache.Forget(pod.UID)
 		return err
 	}
@@ -106,15 +115,18 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 // (pods/binding), so one request does what the old extender did with a PATCH
 // and a POST, and no pod is ever seen annotated but unbound, or bound without
 // its GPU. The Binding's UID is a precondition: if the name now belongs to
-// another pod, the API server refuses it.
-func (b *Binder) write(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, a cache.Assumption) error {
+// another pod, the API server refuses it. A nil a binds without annotations.
+func (b *Binder) write(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, a *cache.Assumption) error {
 	key := pod.Namespace + "/" + pod.Name
-	annotations, err := a.Placement.Assignment(a.Request, b.cfg.Now().UnixNano()).Encode()
-	if err != nil {
-		return fmt.Errorf("encode assignment of pod %s: %w", key, err)
-	}
-	if err := overwriteStale(pod, a, annotations); err != nil {
-		return fmt.Errorf("encode assignment of pod %s: %w", key, err)
+	var annotations map[string]string
+	if a != nil {
+		var err error
+		if annotations, err = a.Placement.Assignment(a.Request, b.cfg.Now().UnixNano()).Encode(); err != nil {
+			return fmt.Errorf("encode assignment of pod %s: %w", key, err)
+		}
+		if err := overwriteStale(pod, *a, annotations); err != nil {
+			return fmt.Errorf("encode assignment of pod %s: %w", key, err)
+		}
 	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},

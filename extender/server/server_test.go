@@ -560,3 +560,33 @@ func TestBindOverwritesStaleAnnotations(t *testing.T) {
 		})
 	}
 }
+
+// gpu-mem: 0 asks for no GPU memory. The scheduler still routes the pod's bind to us: it is bound
+// without a GPU assignment and charged nothing.
+func TestBindZeroUnits(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 32, 2))
+	ctx := context.Background()
+	p := gpuPod("zero", 0)
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.filter(p, "n1"); res.NodeNames == nil || len(*res.NodeNames) != 1 {
+		t.Fatalf("filter = %+v; want n1 to pass", res)
+	}
+	for range 2 { // the second is a retried bind of the same pod
+		if code, msg := e.bind(p, "n1"); code != 200 || msg != "" {
+			t.Fatalf("bind: %d %s", code, msg)
+		}
+	}
+	got, err := e.client.CoreV1().Pods("default").Get(ctx, "zero", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.NodeName != "n1" || len(got.Annotations) != 0 {
+		t.Fatalf("pod after bind: node %q, annotations %v", got.Spec.NodeName, got.Annotations)
+	}
+	code, body := e.do("GET", "/gpushare-scheduler/inspect/n1", nil)
+	if code != 200 || !strings.Contains(string(body), `"usedGPU":0`) || strings.Contains(string(body), "zero") {
+		t.Fatalf("inspect = %d %s", code, body)
+	}
+}
