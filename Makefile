@@ -2,6 +2,14 @@
 GO         ?= go
 FUZZTIME   ?= 3s
 E2E_TIMEOUT ?= 30m
+# make bench: BENCH_COUNT runs of each in-process benchmark, each of -benchtime BENCHTIME; BENCH_E2E_COUNT runs of
+# the test-bed scheduling throughput, each one round alone and one with the extender (-benchtime=1x); raw output in BENCH_RAW.
+BENCH_COUNT     ?= 5
+BENCH_E2E_COUNT ?= 3
+BENCHTIME       ?= 1s
+BENCH_TIMEOUT   ?= 60m
+BENCH_RAW       ?= docs/benchmarks/raw
+BENCHREPORT      = $(GO) run ./test/benchreport/cmd/benchreport
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
@@ -30,8 +38,13 @@ check: test e2e ## All tests: what CI runs
 demo: ## Build the programs, start a local cluster with hollow GPU nodes, our extender and plugins, run the samples, print kubectl inspect gpushare (Ctrl-C stops)
 	$(GO) run ./test/localcluster
 
-bench: ## Go benchmarks of every package (benchstat-compatible), then the packing results, tables and plots
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+bench: ## Benchmarks into BENCH_RAW (benchstat-compatible): every package BENCH_COUNT times (5), the test-bed scheduling throughput BENCH_E2E_COUNT times (3); their medians into docs/benchmarks/results.json and docs/benchmarks.md; then the packing results and plots
+	$(BENCHREPORT) run -o $(BENCH_RAW)/go.txt -- \
+		$(GO) test -p=1 -run='^$$' -bench=. -benchmem -count=$(BENCH_COUNT) -benchtime=$(BENCHTIME) -timeout=$(BENCH_TIMEOUT) ./...
+	bash test/bed/build.sh
+	$(BENCHREPORT) run -o $(BENCH_RAW)/e2e.txt -- \
+		$(GO) test -tags=e2e -run='^$$' -bench=SchedulingThroughput -benchmem -benchtime=1x -count=$(BENCH_E2E_COUNT) -timeout=$(BENCH_TIMEOUT) ./test/e2e
+	$(BENCHREPORT) report -json docs/benchmarks/results.json -md docs/benchmarks.md $(BENCH_RAW)/go.txt $(BENCH_RAW)/e2e.txt
 	$(GO) run ./test/packing/cmd/packbench -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
 
 lint: ## go vet on both modules' own code
