@@ -18,8 +18,8 @@ func heapInUse() uint64 {
 }
 
 // BenchmarkMemory reports the heap the cache's own state takes for 5,000
-// nodes × 8 GPUs and 50,000 bound pods (pod-MiB), and the heap of the pod
-// objects themselves (objects-MiB), which the pod informer's store holds.
+// nodes × 8 GPUs and 50,000 bound pods (cache-MiB), and the heap of the pod
+// objects themselves (pod-objects-MiB), which the pod informer's store holds.
 func BenchmarkMemory(b *testing.B) {
 	const nodes, pods = 5000, 50000
 	for b.Loop() {
