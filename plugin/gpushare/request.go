@@ -35,8 +35,10 @@ func quantityUnits(q resource.Quantity) (uint64, string) {
 	if q.Sign() < 0 {
 		return 0, "is negative"
 	}
-	// Bound first: MilliValue overflows int64 on huge quantities.
-	if q.CmpInt64(int64(MaxUnits)) > 0 {
+	// Bound first: MilliValue overflows int64 on huge quantities, and both it
+	// and CmpInt64 build 10^exponent, which for 1e999999999 never ends; the
+	// float approximation is cheap and far from wrong near MaxUnits.
+	if q.AsApproximateFloat64() > 2*float64(MaxUnits) || q.CmpInt64(int64(MaxUnits)) > 0 {
 		return 0, "is above the limit of " + uintString(MaxUnits) + " units"
 	}
 	if q.MilliValue()%1000 != 0 {
