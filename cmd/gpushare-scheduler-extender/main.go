@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,6 +45,17 @@ type options struct {
 	burst      int
 	assumeTTL  time.Duration
 	maxBody    int64
+	election   election
+	tlsCert    string
+	tlsKey     string
+	debug      string
+}
+
+// election holds the leader-election flags, named as Kubernetes components name theirs.
+type election struct {
+	enabled                     bool
+	lease, renew, retry         time.Duration
+	resourceName, resourceSpace string
 }
 
 // parse reads flags; PORT and LOG_LEVEL are the seed's environment variables
@@ -69,6 +81,19 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.IntVar(&o.burst, "kube-api-burst", 1000, "API client burst")
 	fs.DurationVar(&o.assumeTTL, "assume-ttl", 30*time.Second, "how long a bind may stay unconfirmed by the informer before its charge is dropped")
 	fs.Int64Var(&o.maxBody, "max-body-bytes", 64<<20, "largest filter or prioritize request body accepted")
+	namespace := getenv("POD_NAMESPACE")
+	if namespace == "" {
+		namespace = "kube-system"
+	}
+	fs.BoolVar(&o.election.enabled, "leader-elect", false, "run as one of several replicas: only the holder of a Lease serves filter, prioritize and bind, the others report not ready")
+	fs.DurationVar(&o.election.lease, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the last renewal it saw before taking the Lease over (whole seconds)")
+	fs.DurationVar(&o.election.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it stops serving and exits")
+	fs.DurationVar(&o.election.retry, "leader-elect-retry-period", 2*time.Second, "interval between tries to acquire or renew the Lease")
+	fs.StringVar(&o.election.resourceName, "leader-elect-resource-name", "gpushare-scheduler-extender", "name of the Lease")
+	fs.StringVar(&o.election.resourceSpace, "leader-elect-resource-namespace", namespace, "namespace of the Lease (default from $POD_NAMESPACE)")
+	fs.StringVar(&o.tlsCert, "tls-cert-file", "", "serve HTTPS with this PEM certificate (chain); re-read when it changes; needs -tls-private-key-file")
+	fs.StringVar(&o.tlsKey, "tls-private-key-file", "", "PEM private key of -tls-cert-file")
+	fs.StringVar(&o.debug, "debug-listen", "", "address to serve net/http/pprof on (e.g. 127.0.0.1:6060); empty means off; never on -listen")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -78,7 +103,46 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	if o.qps <= 0 || o.burst <= 0 {
 		return o, errors.New("-kube-api-qps and -kube-api-burst must be positive")
 	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return o, errors.New("-tls-cert-file and -tls-private-key-file go together: set both or neither")
+	}
+	if o.election.enabled {
+		if err := o.election.validate(); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
+}
+
+// validate checks the timings as client-go's elector will, but names the flags.
+func (e election) validate() error {
+	switch {
+	case e.lease < time.Second || e.lease%time.Second != 0:
+		return fmt.Errorf("-leader-elect-lease-duration %v must be a whole number of seconds, at least 1s (a Lease stores seconds)", e.lease)
+	case e.renew <= 0 || e.renew >= e.lease:
+		return fmt.Errorf("-leader-elect-renew-deadline %v must be positive and shorter than -leader-elect-lease-duration %v", e.renew, e.lease)
+	case e.retry <= 0 || e.retry*6/5 >= e.renew:
+		// client-go retries at up to 1.2 times the period (its jitter).
+		return fmt.Errorf("-leader-elect-retry-period %v must be positive and, times 1.2, shorter than -leader-elect-renew-deadline %v", e.retry, e.renew)
+	case e.resourceName == "" || e.resourceSpace == "":
+		return errors.New("-leader-elect-resource-name and -leader-elect-resource-namespace must not be empty")
+	}
+	return nil
+}
+
+// identity names this replica in the Lease: the pod name (or host name) plus
+// a random suffix, so two processes of one name (two on a host, or a restart
+// while its predecessor still runs) never both take the Lease for their own.
+func identity(getenv func(string) string, hostname func() (string, error)) (string, error) {
+	id := getenv("POD_NAME")
+	if id == "" {
+		h, err := hostname()
+		if err != nil {
+			return "", fmt.Errorf("leader election identity: %w", err)
+		}
+		id = h
+	}
+	return id + "_" + rand.Text()[:10], nil
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
@@ -107,14 +171,38 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	appCfg := app.Config{
+		Client: client, Logger: log, Policy: o.policy, AssumeTTL: o.assumeTTL,
+		MaxBodyBytes: o.maxBody, Version: version(), TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey,
+	}
+	if o.election.enabled {
+		id, err := identity(getenv, os.Hostname)
+		if err != nil {
+			return err
+		}
+		// Its own client, so renewals never queue behind binds in a rate limiter.
+		leCfg := rest.CopyConfig(cfg)
+		leCfg.UserAgent = "gpushare-scheduler-extender/leader-election"
+		leClient, err := kubernetes.NewForConfig(leCfg)
+		if err != nil {
+			return err
+		}
+		appCfg.LeaderElection = &app.LeaderElection{
+			Client: leClient, Namespace: o.election.resourceSpace, Name: o.election.resourceName, Identity: id,
+			LeaseDuration: o.election.lease, RenewDeadline: o.election.renew, RetryPeriod: o.election.retry,
+		}
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
 	}
-	return app.Run(ctx, ln, app.Config{
-		Client: client, Logger: log, Policy: o.policy, AssumeTTL: o.assumeTTL,
-		MaxBodyBytes: o.maxBody, Version: version(),
-	})
+	if o.debug != "" {
+		if appCfg.DebugListener, err = net.Listen("tcp", o.debug); err != nil {
+			ln.Close()
+			return fmt.Errorf("-debug-listen: %w", err)
+		}
+	}
+	return app.Run(ctx, ln, appCfg)
 }
 
 // version is the module version stamped by the Go toolchain (or a VCS revision).

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 
@@ -32,6 +35,59 @@ func TestParse(t *testing.T) {
 	}
 	if _, err := parse(nil, env(map[string]string{"LOG_LEVEL": "loud"}), io.Discard); err == nil {
 		t.Error("bad LOG_LEVEL accepted")
+	}
+}
+
+func TestParseLeaderElectionAndTLS(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	o, err := parse(nil, env(nil), io.Discard)
+	want := election{lease: 15 * time.Second, renew: 10 * time.Second, retry: 2 * time.Second,
+		resourceName: "gpushare-scheduler-extender", resourceSpace: "kube-system"}
+	if err != nil || o.election != want || o.tlsCert != "" || o.debug != "" {
+		t.Fatalf("defaults = %+v, %v", o, err)
+	}
+	o, err = parse([]string{"-leader-elect", "-leader-elect-lease-duration=3s", "-leader-elect-renew-deadline=2s", "-leader-elect-retry-period=500ms",
+		"-tls-cert-file=c", "-tls-private-key-file=k", "-debug-listen=127.0.0.1:6060"}, env(map[string]string{"POD_NAMESPACE": "gpu"}), io.Discard)
+	if err != nil || !o.election.enabled || o.election.lease != 3*time.Second || o.election.resourceSpace != "gpu" ||
+		o.tlsCert != "c" || o.tlsKey != "k" || o.debug != "127.0.0.1:6060" {
+		t.Fatalf("flags = %+v, %v", o, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tls-cert-file=c"}, "-tls-cert-file and -tls-private-key-file go together"},
+		{[]string{"-tls-private-key-file=k"}, "-tls-cert-file and -tls-private-key-file go together"},
+		{[]string{"-leader-elect", "-leader-elect-renew-deadline=15s"}, "shorter than -leader-elect-lease-duration"},
+		{[]string{"-leader-elect", "-leader-elect-retry-period=9s"}, "shorter than -leader-elect-renew-deadline"},
+		{[]string{"-leader-elect", "-leader-elect-lease-duration=2500ms", "-leader-elect-renew-deadline=2s", "-leader-elect-retry-period=1s"}, "whole number of seconds"},
+		{[]string{"-leader-elect", "-leader-elect-resource-name="}, "must not be empty"},
+	} {
+		if _, err := parse(c.args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parse(%q) = %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+	// Timings are only checked when they are used.
+	if _, err := parse([]string{"-leader-elect-renew-deadline=20s"}, env(nil), io.Discard); err != nil {
+		t.Errorf("timings without -leader-elect: %v", err)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	host := func() (string, error) { return "node-7", nil }
+	a, err := identity(func(k string) string { return map[string]string{"POD_NAME": "ext-abc"}[k] }, host)
+	if err != nil || !strings.HasPrefix(a, "ext-abc_") {
+		t.Fatalf("identity with POD_NAME = %q, %v", a, err)
+	}
+	b, _ := identity(func(k string) string { return map[string]string{"POD_NAME": "ext-abc"}[k] }, host)
+	if a == b {
+		t.Errorf("two runs of the same pod share the identity %q", a)
+	}
+	if c, err := identity(func(string) string { return "" }, host); err != nil || !strings.HasPrefix(c, "node-7_") {
+		t.Errorf("identity without POD_NAME = %q, %v", c, err)
+	}
+	if _, err := identity(func(string) string { return "" }, func() (string, error) { return "", errors.New("no name") }); err == nil {
+		t.Error("identity without POD_NAME or host name succeeded")
 	}
 }
 

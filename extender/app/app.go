@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,11 @@ import (
 	"github.com/gpushare/gpushare/extender/server"
 )
 
+// ErrLeaderElectionLost is what Run returns when this replica stops holding
+// the Lease on its own (renewals failed or another replica took it): the
+// process should exit and restart as a clean standby, as kube-scheduler does.
+var ErrLeaderElectionLost = errors.New("leader election lost")
+
 // Config is the extender's whole configuration.
 type Config struct {
 	Client       kubernetes.Interface
@@ -31,12 +37,37 @@ type Config struct {
 	// ShutdownGrace bounds how long in-flight requests may finish after the
 	// context ends; zero means 5 seconds.
 	ShutdownGrace time.Duration
+	// LeaderElection, when set, runs this replica as one candidate for a
+	// Lease; only the holder serves the verbs. Nil: no election, always serve.
+	LeaderElection *LeaderElection
+	// TLSCertFile and TLSKeyFile, both set, serve HTTPS (TLS 1.2 or later)
+	// with a pair re-read when the files change.
+	TLSCertFile string
+	TLSKeyFile  string
+	// DebugListener, when set, serves net/http/pprof there and nowhere else.
+	DebugListener net.Listener
 }
+
+// tlsRecheck is how often, at most, the TLS files are looked at for a new pair.
+const tlsRecheck = 5 * time.Second
 
 // Run serves the extender on ln until ctx ends, then stops accepting at once,
 // lets in-flight requests finish within the grace period and returns. It
 // never serves from a stopped cache: the cache stops only after the server.
+// With leader election it also returns, with ErrLeaderElectionLost, when the
+// Lease is lost; on a graceful stop it releases the Lease, after its last
+// verb request has finished.
 func Run(ctx context.Context, ln net.Listener, cfg Config) error {
+	serving := false
+	defer func() {
+		// Refused before serving: the listeners are still ours to close.
+		if !serving {
+			ln.Close()
+			if cfg.DebugListener != nil {
+				cfg.DebugListener.Close()
+			}
+		}
+	}()
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -45,13 +76,25 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if grace == 0 {
 		grace = 5 * time.Second
 	}
+	var tlsConfig *tls.Config
+	switch {
+	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
+		return errors.New("a TLS certificate file and a key file go together: set both or neither")
+	case cfg.TLSCertFile != "":
+		certs, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, tlsRecheck, time.Now, log.Named("tls"))
+		if err != nil {
+			return err
+		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.getCertificate}
+	}
 	c, err := cache.New(cache.Config{Client: cfg.Client, Logger: log.Named("cache"), AssumeTTL: cfg.AssumeTTL})
 	if err != nil {
 		return err
 	}
 	b := binder.New(binder.Config{Client: cfg.Client, Cache: c, Policy: cfg.Policy, Logger: log.Named("binder")})
+	lead := newLeadership(cfg.LeaderElection)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), lead.gauge())
 	s, err := server.New(server.Config{
 		Cache: c, Binder: b, Policy: cfg.Policy, Logger: log.Named("server"),
 		Registry: reg, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes,
@@ -59,41 +102,113 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var elector interface{ Run(context.Context) }
+	var started <-chan context.Context
+	if cfg.LeaderElection != nil {
+		if elector, started, err = lead.elector(cfg.LeaderElection, cfg.Client, log.Named("leader-election")); err != nil {
+			return err
+		}
+	}
+
+	serving = true
+	// Every replica keeps its cache warm, leader or not, so a takeover needs
+	// only the catch-up. Stopped last, after everything that reads it.
 	cacheCtx, stopCache := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(cacheCtx) })
+	var cacheWG sync.WaitGroup
+	cacheWG.Go(func() { c.Run(cacheCtx) })
 	defer func() {
 		stopCache()
-		wg.Wait()
+		cacheWG.Wait()
 	}()
 
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           lead.handler(s.Handler()),
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", zap.String("address", ln.Addr().String()), zap.String("policy", cfg.Policy.String()))
 	go func() {
-		if c.WaitForSync(ctx) {
-			log.Info("cache synced; ready")
+		if tlsConfig != nil {
+			served <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
+	log.Info("serving", zap.String("address", ln.Addr().String()), zap.String("policy", cfg.Policy.String()),
+		zap.Bool("https", tlsConfig != nil), zap.Bool("leaderElection", cfg.LeaderElection != nil))
+	if cfg.DebugListener != nil {
+		dbg := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("debug"))}
+		go func() { _ = dbg.Serve(cfg.DebugListener) }()
+		defer dbg.Close()
+		log.Info("serving pprof", zap.String("address", cfg.DebugListener.Addr().String()))
+	}
+	go func() {
+		if c.WaitForSync(cacheCtx) {
+			log.Info("cache synced")
 		}
 	}()
+
+	var electionDone chan struct{}
+	stopElection := func() {}
+	if elector != nil {
+		electCtx, cancel := context.WithCancel(context.Background())
+		electionDone = make(chan struct{})
+		var termWG sync.WaitGroup
+		go func() {
+			defer close(electionDone)
+			elector.Run(electCtx)
+		}()
+		termWG.Go(func() {
+			select {
+			case term := <-started:
+				lead.takeOver(term, c, cfg.Client, cfg.LeaderElection.RetryPeriod, log.Named("leader-election"))
+			case <-electionDone:
+			}
+		})
+		// Cancelling the elector releases the Lease, so it comes after the
+		// drain below; then wait for the elector and the takeover to end.
+		stopElection = func() {
+			cancel()
+			<-electionDone
+			termWG.Wait()
+		}
+	}
+
+	var runErr error
 	select {
 	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
+		runErr = fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+		log.Info("shutting down")
+	case <-electionDone:
+		log.Error("leader election lost; exiting to restart as a standby")
+		runErr = ErrLeaderElectionLost
+		grace = 0 // another replica may already be leading: cut running requests off
 	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	lead.retire()
+	shutdown(srv, grace)
+	// Nothing of this term runs any more: the Lease may go.
+	lead.drain()
+	stopElection()
+	if runErr == nil {
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			runErr = fmt.Errorf("serve: %w", err)
+		}
+	}
+	return runErr
+}
+
+// shutdown stops accepting at once and gives running requests grace to
+// finish; those still running after it are cut off (their contexts end).
+func shutdown(srv *http.Server, grace time.Duration) {
+	if grace <= 0 {
+		_ = srv.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		// Requests still running after the grace period are cut off.
+	if err := srv.Shutdown(ctx); err != nil {
 		_ = srv.Close()
 	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	return nil
 }

@@ -80,7 +80,10 @@ type podState struct {
 	podUnits  uint64 // the ALIYUN_COM_GPU_MEM_POD value, the plugin's view of the pod
 	inFlight  bool
 	assumed   bool
-	deadline  time.Time // for assumed pods; zero while the bind is in progress
+	// listed marks a pod charged by CatchUp from a LIST the informer has not
+	// delivered yet: bound like a confirmed pod, expiring like an assumed one.
+	listed   bool
+	deadline time.Time // for assumed pods (zero while the bind is in progress) and listed ones
 }
 
 // New builds a Cache and its informers; nothing runs until Run.
@@ -301,8 +304,15 @@ func (c *Cache) Cleanup() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range c.pods {
-		if p.assumed && !p.deadline.IsZero() && now.After(p.deadline) {
-			c.log.Warn("assumed pod expired without the bind showing up", zap.String("pod", p.namespace+"/"+p.name), zap.String("node", p.node))
+		if !p.deadline.IsZero() && now.After(p.deadline) {
+			switch {
+			case p.assumed:
+				c.log.Warn("assumed pod expired without the bind showing up", zap.String("pod", p.namespace+"/"+p.name), zap.String("node", p.node))
+			case p.listed:
+				c.log.Warn("listed pod expired without the informer showing it", zap.String("pod", p.namespace+"/"+p.name), zap.String("node", p.node))
+			default:
+				continue
+			}
 			c.removeLocked(p)
 		}
 	}
@@ -328,7 +338,8 @@ func (c *Cache) upsertPod(obj any) {
 	if ps == nil {
 		// Until the binder's Binding lands the informer still sees the pod
 		// unbound; keep the assumption until the bind lands or is forgotten.
-		if had && old.assumed && pod.Spec.NodeName == "" && !finished(pod) {
+		// A listed pod's older, unbound versions may still be on their way too.
+		if had && (old.assumed || old.listed) && pod.Spec.NodeName == "" && !finished(pod) {
 			return
 		}
 		if reason != "" {

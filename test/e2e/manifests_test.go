@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,7 +106,15 @@ func TestManifests(t *testing.T) {
 		t.Errorf("extender Service ports %+v, want 12345 exposed as NodePort 32766", p)
 	}
 
-	// 2. The extender with only its shipped RBAC: ready means every informer listed.
+	// 2. The extender with only its shipped RBAC and leader election, as the shipped Deployment runs
+	// it: ready means every informer listed and it holds the Lease, which it then keeps renewing.
+	extDeploy, err := c.Client().AppsV1().Deployments("kube-system").Get(ctx, "gpushare-scheduler-extender", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := extDeploy.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--leader-elect") {
+		t.Errorf("the shipped extender runs without --leader-elect: %q", args)
+	}
 	extClient := identityClient(t, c, "sa-extender", saExtender)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -113,8 +122,11 @@ func TestManifests(t *testing.T) {
 	}
 	extCtx, stopExt := context.WithCancel(context.Background())
 	extDone := make(chan error, 1)
+	// The Lease the Role names, as the program's defaults name it (the Deployment sets POD_NAMESPACE).
+	election := &app.LeaderElection{Namespace: "kube-system", Name: "gpushare-scheduler-extender", Identity: "e2e-extender",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	go func() {
-		extDone <- app.Run(extCtx, ln, app.Config{Client: extClient, Logger: zaptest.NewLogger(t).Named("extender"), Policy: allocator.BestFit, Version: "e2e"})
+		extDone <- app.Run(extCtx, ln, app.Config{Client: extClient, Logger: zaptest.NewLogger(t).Named("extender"), Policy: allocator.BestFit, Version: "e2e", LeaderElection: election})
 	}()
 	t.Cleanup(func() {
 		stopExt()
@@ -126,11 +138,22 @@ func TestManifests(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Error("extender did not stop")
 		}
+		// A graceful stop released the Lease (update, by name).
+		l, err := c.Client().CoordinationV1().Leases("kube-system").Get(context.Background(), election.Name, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "" {
+			t.Errorf("the extender's Lease after a graceful stop: %+v, %v; want released", l, err)
+		}
 	})
 	extURL := "http://" + ln.Addr().String()
-	pollUntil(t, waitLong, "extender ready with its shipped RBAC", func() bool {
+	pollUntil(t, waitLong, "extender ready (leading) with its shipped RBAC", func() bool {
 		ok, _ := httpGetOK(http.DefaultClient, extURL+"/readyz")
 		return ok
+	})
+	// Created (create), then renewed by name (get, update): the renew time moves past the acquire time.
+	pollUntil(t, waitLong, "the extender's Lease held and renewed", func() bool {
+		l, err := c.Client().CoordinationV1().Leases("kube-system").Get(ctx, election.Name, metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == election.Identity &&
+			l.Spec.AcquireTime != nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(l.Spec.AcquireTime.Time)
 	})
 
 	// 3. The device plugin with only its shipped RBAC: it patches its Node (status and annotation).

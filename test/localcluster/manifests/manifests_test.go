@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/podresources"
 )
 
 func loadT(t *testing.T, sub string) map[string]*unstructured.Unstructured {
@@ -57,12 +59,27 @@ func TestInstallManifests(t *testing.T) {
 	if spec.NodeSelector[gpushare.LabelGPUShare] != gpushare.LabelValueTrue {
 		t.Errorf("device plugin nodeSelector %v, want %s=%s", spec.NodeSelector, gpushare.LabelGPUShare, gpushare.LabelValueTrue)
 	}
-	if len(spec.Volumes) != 1 || spec.Volumes[0].HostPath == nil || spec.Volumes[0].HostPath.Path != gpushare.DevicePluginDir {
-		t.Errorf("device plugin volumes %+v, want hostPath %s", spec.Volumes, gpushare.DevicePluginDir)
+	// The kubelet's device-plugin directory, and its pod-resources API read-only (the plugin checks
+	// there whose container each Allocate went to).
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
 	}
+	mounts := map[string]corev1.VolumeMount{}
 	c := spec.Containers[0]
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != gpushare.DevicePluginDir {
-		t.Errorf("device plugin mounts %+v, want %s", c.VolumeMounts, gpushare.DevicePluginDir)
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	if len(spec.Volumes) != 2 || hostPaths["device-plugin"] != gpushare.DevicePluginDir || hostPaths["pod-resources"] != path.Dir(podresources.DefaultSocket) {
+		t.Errorf("device plugin volumes %+v, want hostPaths %s and %s", spec.Volumes, gpushare.DevicePluginDir, path.Dir(podresources.DefaultSocket))
+	}
+	if m := mounts["device-plugin"]; len(mounts) != 2 || m.MountPath != gpushare.DevicePluginDir || m.ReadOnly {
+		t.Errorf("device plugin mounts %+v, want %s read-write", c.VolumeMounts, gpushare.DevicePluginDir)
+	}
+	if m := mounts["pod-resources"]; m.MountPath != path.Dir(podresources.DefaultSocket) || !m.ReadOnly {
+		t.Errorf("device plugin mounts %+v, want %s read-only", c.VolumeMounts, path.Dir(podresources.DefaultSocket))
 	}
 	var nodeName bool
 	for _, e := range c.Env {
@@ -83,11 +100,14 @@ func TestInstallManifests(t *testing.T) {
 		t.Errorf("extender Service %s %+v, want NodePort 32766 -> 12345", svc.Spec.Type, p)
 	}
 	ext := convert[appsv1.Deployment](t, objs["Deployment kube-system/gpushare-scheduler-extender"])
-	if *ext.Spec.Replicas != 1 || ext.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("extender Deployment: %d replicas, strategy %s; want 1 and Recreate (one binder at a time)", *ext.Spec.Replicas, ext.Spec.Strategy.Type)
+	// Two replicas, one binder at a time by leader election; only the leader is ready, so a rollout
+	// must not wait for a second ready replica.
+	if ru := ext.Spec.Strategy.RollingUpdate; *ext.Spec.Replicas != 2 || ext.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType ||
+		ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.String() != "100%" {
+		t.Errorf("extender Deployment: %d replicas, strategy %+v; want 2 and RollingUpdate with maxUnavailable 100%%", *ext.Spec.Replicas, ext.Spec.Strategy)
 	}
-	if args := ext.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--listen=:12345") {
-		t.Errorf("extender args %v, want --listen=:12345", args)
+	if args := ext.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--listen=:12345") || !slices.Contains(args, "--leader-elect") {
+		t.Errorf("extender args %v, want --listen=:12345 and --leader-elect", args)
 	}
 	for _, name := range []string{"ClusterRoleBinding gpushare-device-plugin", "ClusterRoleBinding gpushare-scheduler-extender", "RoleBinding kube-system/gpushare-scheduler-extender"} {
 		b := objs[name]
