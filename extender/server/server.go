@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -122,18 +125,83 @@ func (s *Server) timed(verb string, h http.HandlerFunc) http.HandlerFunc {
 
 // decode reads a bounded JSON body into v, answering the 4xx itself on failure.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("request body larger than %d bytes", limit)})
 			return false
 		}
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "reading request body: " + err.Error()})
+		return false
+	}
+	if q, bad := findHugeExponent(body); bad {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("malformed request body: quantity %.40q has an exponent no Kubernetes quantity needs", q)})
+		return false
+	}
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "malformed request body: " + err.Error()})
 		return false
 	}
 	return true
+}
+
+// quantityWithHugeExponent is a string that resource.ParseQuantity reads as a
+// number with a decimal exponent of four digits or more.
+var quantityWithHugeExponent = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][+-]?0*[1-9][0-9]{3,}$`)
+
+// findHugeExponent finds a string in body that is a quantity with an exponent of
+// four digits or more. Decoding one makes apimachinery's ParseQuantity build a
+// number of that many digits ("5e-999999999" never finishes), so a 100-byte
+// request could pin a CPU. Real quantities stay far below (1e18 is exa). A
+// byte scan keeps the common case cheap; only a hit walks the JSON tokens.
+func findHugeExponent(body []byte) (string, bool) {
+	if !hasLongExponent(body) {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // a quantity may also be written as a bare JSON number
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // malformed JSON: the real decode says why
+		}
+		var s string
+		switch t := tok.(type) {
+		case string:
+			s = t
+		case json.Number:
+			s = string(t)
+		}
+		if quantityWithHugeExponent.MatchString(s) {
+			return s, true
+		}
+	}
+}
+
+// hasLongExponent reports whether body has a digit or '.', an 'e' or 'E', an
+// optional sign and four digits, which every huge exponent contains.
+func hasLongExponent(body []byte) bool {
+	for i := 1; i < len(body); i++ {
+		if c := body[i]; c != 'e' && c != 'E' {
+			continue
+		}
+		if p := body[i-1]; (p < '0' || p > '9') && p != '.' {
+			continue
+		}
+		j := i + 1
+		if j < len(body) && (body[j] == '+' || body[j] == '-') {
+			j++
+		}
+		n := 0
+		for ; j < len(body) && body[j] >= '0' && body[j] <= '9'; j++ {
+			n++
+		}
+		if n >= 4 {
+			return true
+		}
+	}
+	return false
 }
 
 // ready answers 503 until the cache has synced: before that a bind could be

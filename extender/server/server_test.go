@@ -590,3 +590,30 @@ func TestBindZeroUnits(t *testing.T) {
 		t.Fatalf("inspect = %d %s", code, body)
 	}
 }
+
+// A quantity with a four-digit exponent makes apimachinery's ParseQuantity build a number of that
+// many digits: the JSON decode of a 100-byte body would never finish. Such bodies are refused
+// before decoding, at once; ordinary bodies with exponents, names included, still pass.
+func TestHugeExponentRefusedBeforeDecoding(t *testing.T) {
+	e := newEnv(t, gpuNode("n1", 32, 2))
+	for _, q := range []string{`"5e-999999999"`, `"1E+0000999999999"`, `5e-999999999`, `"-.5e9999"`} {
+		body := []byte(`{"Pod":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":` + q + `}}}]}},"NodeNames":["n1"]}`)
+		done := make(chan struct{})
+		var code int
+		var out []byte
+		go func() { code, out = e.do("POST", "/gpushare-scheduler/filter", body); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("quantity %s: no answer within 10s", q)
+		}
+		if code != http.StatusBadRequest || !strings.Contains(string(out), "exponent") {
+			t.Errorf("quantity %s: %d %s; want 400 naming the exponent", q, code, out)
+		}
+	}
+	// Exponents real quantities use, and names that merely look numeric, are fine.
+	body := []byte(`{"Pod":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"1e3","aliyun.com/gpu-mem":"4"}}}]}},"NodeNames":["n1","host1e-10000"]}`)
+	if code, out := e.do("POST", "/gpushare-scheduler/filter", body); code != http.StatusOK {
+		t.Errorf("ordinary body: %d %s", code, out)
+	}
+}
