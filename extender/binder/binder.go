@@ -81,6 +81,12 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 		return b.write(ctx, pod, args, nil)
 	}
 	assumed, err := b.cfg.Cache.Assume(pod, args.Node, b.cfg.Policy)
+	var bound *cache.BoundError
+	if errors.As(err, &bound) && bound.Node == args.Node {
+		// A retry of a bind that did succeed, arriving before the informer
+		// showed it (so the pod above still looked unbound): the same bind.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
 	}

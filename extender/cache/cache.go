@@ -26,8 +26,11 @@ import (
 var (
 	// ErrUnknownNode means the node is not in the cache (not yet seen, or deleted).
 	ErrUnknownNode = errors.New("node not in the extender's cache")
-	// ErrAlreadyBound means the pod is already charged as bound to a node.
+	// ErrAlreadyBound means the pod is already charged as bound to a node
+	// (a *BoundError names it).
 	ErrAlreadyBound = errors.New("pod already bound")
+	// ErrBindInProgress means another bind of the same pod is running.
+	ErrBindInProgress = errors.New("a bind of this pod is in progress")
 )
 
 // Config holds what a Cache needs.
@@ -238,6 +241,17 @@ func (c *Cache) All() []*allocator.Node {
 	return out
 }
 
+// BoundError is ErrAlreadyBound naming the node the pod is charged on.
+type BoundError struct {
+	Pod, Node string
+}
+
+func (e *BoundError) Error() string {
+	return fmt.Sprintf("%v: %s is charged on node %s", ErrAlreadyBound, e.Pod, e.Node)
+}
+
+func (e *BoundError) Unwrap() error { return ErrAlreadyBound }
+
 // Assumption is what Assume decided for a pod.
 type Assumption struct {
 	Request   allocator.Request
@@ -259,11 +273,15 @@ func (c *Cache) Assume(pod *corev1.Pod, node string, policy allocator.Policy) (A
 		return Assumption{}, fmt.Errorf("%w: %s", ErrUnknownNode, node)
 	}
 	if old, ok := c.pods[pod.UID]; ok {
-		if !old.assumed {
-			return Assumption{}, fmt.Errorf("%w: %s/%s is charged on node %s", ErrAlreadyBound, pod.Namespace, pod.Name, old.node)
+		if old.assumed && old.deadline.IsZero() {
+			// The scheduler retried while our first bind is still running.
+			// Replacing that assumption would let the loser of the two
+			// Bindings forget the winner's charge.
+			return Assumption{}, fmt.Errorf("%w: %s/%s", ErrBindInProgress, pod.Namespace, pod.Name)
 		}
-		// A retried bind replaces its own earlier assumption.
-		c.removeLocked(old)
+		// Confirmed, listed, or assumed with its bind done but not yet seen
+		// by the informer (whose stale copy still shows the pod unbound).
+		return Assumption{}, &BoundError{Pod: pod.Namespace + "/" + pod.Name, Node: old.node}
 	}
 	p, unfit := allocator.Place(n.view, r, policy)
 	if unfit != nil {

@@ -380,3 +380,24 @@ func TestNodeDeletedKeepsPodCharges(t *testing.T) {
 	}
 	f.waitUsed("n1", 0, 3)
 }
+
+// A bind the scheduler retries: while the first is running the retry is refused (replacing the
+// assumption would let the losing Binding forget the winner's charge); once it is done, the retry
+// learns the node the pod is bound to, and the charge stays.
+func TestAssumeRetriedBind(t *testing.T) {
+	f := start(t, Node("n1", 32, 2, nil))
+	pod := Pod("p", "", -1, false, 10)
+	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.Is(err, ErrBindInProgress) {
+		t.Fatalf("retry during the bind: err = %v; want ErrBindInProgress", err)
+	}
+	f.cache.FinishBinding(pod.UID)
+	_, err := f.cache.Assume(pod, "n1", allocator.BestFit)
+	var bound *BoundError
+	if !errors.As(err, &bound) || bound.Node != "n1" || !errors.Is(err, ErrAlreadyBound) {
+		t.Fatalf("retry after the bind: err = %v; want a BoundError naming n1", err)
+	}
+	f.waitUsed("n1", 10, 0)
+}

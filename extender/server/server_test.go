@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -97,8 +98,20 @@ func bindReactor(client *fake.Clientset) k8stesting.ReactionFunc {
 
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	t.Helper()
+	return newEnvWatch(t, false, objs...)
+}
+
+// newEnvWatch is newEnv; with frozenPods the pod informer lists once and then sees no event: the
+// informer lag of a busy cluster, made permanent.
+func newEnvWatch(t *testing.T, frozenPods bool, objs ...runtime.Object) *env {
+	t.Helper()
 	e := &env{t: t, client: fake.NewClientset(objs...)}
 	e.client.PrependReactor("create", "pods", bindReactor(e.client))
+	if frozenPods {
+		e.client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+			return true, watch.NewFake(), nil
+		})
+	}
 	e.client.PrependReactor("*", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		switch {
 		case a.GetVerb() == "create" && a.GetSubresource() == "binding":
@@ -615,5 +628,30 @@ func TestHugeExponentRefusedBeforeDecoding(t *testing.T) {
 	body := []byte(`{"Pod":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"1e3","aliyun.com/gpu-mem":"4"}}}]}},"NodeNames":["n1","host1e-10000"]}`)
 	if code, out := e.do("POST", "/gpushare-scheduler/filter", body); code != http.StatusOK {
 		t.Errorf("ordinary body: %d %s", code, out)
+	}
+}
+
+// The scheduler retries a bind that succeeded (its request timed out) before the pod informer has
+// seen the Binding. The retry must succeed, being the same bind, and must not drop the pod's
+// charge: otherwise another pod is placed on the GPU it holds (found by fuzzing).
+func TestBindRetryBeforeInformerKeepsCharge(t *testing.T) {
+	a, b := gpuPod("a", 12), gpuPod("b", 12)
+	e := newEnvWatch(t, true, gpuNode("n1", 16, 1), gpuNode("n2", 16, 1), a, b)
+	if code, msg := e.bind(a, "n1"); code != http.StatusOK {
+		t.Fatalf("bind a: %d %s", code, msg)
+	}
+	code, msg := e.bind(a, "n1")
+	if code != http.StatusOK || msg != "" {
+		t.Errorf("retry of a bind that succeeded answered %d %q; want 200", code, msg)
+	}
+	if n, _ := e.cache.Node("n1"); n.GPUs[0].Used != 12 {
+		t.Errorf("after the retry GPU 0 is charged %d units; want a's 12", n.GPUs[0].Used)
+	}
+	if code, msg := e.bind(a, "n2"); code == http.StatusOK || !strings.Contains(msg, "charged on node n1") {
+		t.Errorf("a retry naming another node answered %d %q; want an error naming n1", code, msg)
+	}
+	// b (12 units) must not fit next to a (12) on the 16-unit GPU.
+	if code, _ := e.bind(b, "n1"); code == http.StatusOK {
+		t.Error("over-commit: b bound next to a on the 16-unit GPU")
 	}
 }
