@@ -60,11 +60,17 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	start := time.Now()
 	inv := a.inventory()
 	units := make([]uint64, 0, len(req.GetContainerRequests()))
+	seen := map[string]bool{}
 	for _, c := range req.GetContainerRequests() {
 		for _, id := range c.GetDevicesIds() {
 			if _, _, err := inv.ParseDevice(id); err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "gpushare: %v", err)
 			}
+			// Units are counted by IDs; the kubelet never repeats one.
+			if seen[id] {
+				return nil, status.Errorf(codes.InvalidArgument, "gpushare: device %s appears twice in one Allocate call", id)
+			}
+			seen[id] = true
 		}
 		units = append(units, uint64(len(c.GetDevicesIds())))
 	}

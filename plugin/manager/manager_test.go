@@ -261,6 +261,10 @@ func TestRunPublishesRegistersAndAllocates(t *testing.T) {
 	if _, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"9-0"}}}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Allocate with a foreign device ID = %v; want InvalidArgument", err)
 	}
+	dup := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0-1", "0-1"}}}}
+	if _, err := c.Allocate(ctx, dup); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "appears twice") {
+		t.Errorf("Allocate with a repeated device ID = %v; want InvalidArgument", err)
+	}
 }
 
 // A pod bound a moment before the kubelet's call is waited for.
