@@ -597,7 +597,9 @@ func quantity(node *corev1.Node, name corev1.ResourceName) uint64 {
 	if !ok {
 		q, ok = node.Status.Capacity[name]
 	}
-	if !ok || q.Sign() <= 0 || q.CmpInt64(int64(gpushare.MaxUnits)*gpushare.MaxGPUsPerNode) > 0 {
+	limit := int64(gpushare.MaxUnits) * gpushare.MaxGPUsPerNode
+	// The float bound first: CmpInt64 alone builds 10^exponent, endless for 1e999999999.
+	if !ok || q.Sign() <= 0 || q.AsApproximateFloat64() > 2*float64(limit) || q.CmpInt64(limit) > 0 {
 		return 0
 	}
 	return uint64(q.Value())
