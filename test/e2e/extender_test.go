@@ -82,6 +82,48 @@ func (e *extInstance) stop(t *testing.T) {
 	}
 }
 
+// ourExtender is kube-scheduler's entry for our extender at base (scheme://host:port): every verb,
+// node-cache capable, for the pods that ask for gpu-mem.
+func ourExtender(base string) cluster.Extender {
+	return cluster.Extender{
+		URLPrefix: base + gpushare.ExtenderURLPrefix, FilterVerb: "filter", PrioritizeVerb: "prioritize",
+		Weight: 1, BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
+		ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
+	}
+}
+
+// createBurstPods creates burstPod(0) to burstPod(n-1), 16 requests at a time.
+func createBurstPods(ctx context.Context, t *testing.T, client kubernetes.Interface, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				if _, err := client.CoreV1().Pods("default").Create(ctx, burstPod(i), metav1.CreateOptions{}); err != nil {
+					t.Errorf("create pod %d: %v", i, err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// boundCount counts the pods of items bound to a node.
+func boundCount(items []corev1.Pod) int {
+	n := 0
+	for _, p := range items {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
 func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -234,34 +276,14 @@ func runBurst(t *testing.T, restart bool) {
 	ext := startExtender(t, addr, client)
 	defer func() { ext.stop(t) }()
 	if err := c.StartScheduler(ctx, cluster.SchedulerConfig{
-		ClientQPS: 500, ClientBurst: 1000,
-		Extenders: []cluster.Extender{{
-			URLPrefix: "http://" + addr + gpushare.ExtenderURLPrefix, FilterVerb: "filter", PrioritizeVerb: "prioritize",
-			Weight: 1, BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
-			ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
-		}},
+		ClientQPS: 500, ClientBurst: 1000, Extenders: []cluster.Extender{ourExtender("http://" + addr)},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	fakeAssigner(ctx, t, client)
 
 	start := time.Now()
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				if _, err := client.CoreV1().Pods("default").Create(ctx, burstPod(i), metav1.CreateOptions{}); err != nil {
-					t.Errorf("create pod %d: %v", i, err)
-				}
-			}
-		})
-	}
-	for i := range pods {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	createBurstPods(ctx, t, client, pods)
 
 	list := func() []corev1.Pod {
 		l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
@@ -270,15 +292,7 @@ func runBurst(t *testing.T, restart bool) {
 		}
 		return l.Items
 	}
-	bound := func(items []corev1.Pod) int {
-		n := 0
-		for _, p := range items {
-			if p.Spec.NodeName != "" {
-				n++
-			}
-		}
-		return n
-	}
+	bound := boundCount
 	if restart {
 		pollUntil(t, 3*time.Minute, "a third of the pods bound", func() bool { return bound(list()) >= pods/3 })
 		ext.stop(t)

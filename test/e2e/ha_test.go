@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/extender/cache"
@@ -179,8 +180,9 @@ func (e *endpoints) run(ctx context.Context) {
 	}
 }
 
-// applyExtenderRBAC applies the shipped ServiceAccount, roles and bindings of the extender.
-func applyExtenderRBAC(t *testing.T, c *cluster.Cluster) {
+// applyShipped applies every object of the shipped manifests (kustomization ".") that keep accepts
+// (all when keep is nil) and returns how many it applied.
+func applyShipped(t *testing.T, c *cluster.Cluster, keep func(*unstructured.Unstructured) bool) int {
 	t.Helper()
 	dir, err := manifests.Dir()
 	if err != nil {
@@ -194,17 +196,26 @@ func applyExtenderRBAC(t *testing.T, c *cluster.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rbac := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
 	n := 0
 	for _, o := range objs {
-		if rbac[o.GetKind()] && o.GetName() == "gpushare-scheduler-extender" {
-			if _, err := applier.Apply(t.Context(), o); err != nil {
-				t.Fatal(err)
-			}
-			n++
+		if keep != nil && !keep(o) {
+			continue
 		}
+		if _, err := applier.Apply(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		n++
 	}
-	if n != 5 {
+	return n
+}
+
+// applyExtenderRBAC applies the shipped ServiceAccount, roles and bindings of the extender.
+func applyExtenderRBAC(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	rbac := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
+	if n := applyShipped(t, c, func(o *unstructured.Unstructured) bool {
+		return rbac[o.GetKind()] && o.GetName() == "gpushare-scheduler-extender"
+	}); n != 5 {
 		t.Fatalf("applied %d RBAC objects of the extender, want 5", n)
 	}
 }
@@ -270,34 +281,14 @@ func runHA(t *testing.T, h haTimings, pods int, stop func(*cluster.Program)) tim
 	ep.checking.Store(true)
 
 	if err := c.StartScheduler(ctx, cluster.SchedulerConfig{
-		ClientQPS: 500, ClientBurst: 1000,
-		Extenders: []cluster.Extender{{
-			URLPrefix: proxy.URL + gpushare.ExtenderURLPrefix, FilterVerb: "filter", PrioritizeVerb: "prioritize",
-			Weight: 1, BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
-			ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
-		}},
+		ClientQPS: 500, ClientBurst: 1000, Extenders: []cluster.Extender{ourExtender(proxy.URL)},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	fakeAssigner(ctx, t, client)
 
 	start := time.Now()
-	var creators sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		creators.Go(func() {
-			for i := range work {
-				if _, err := client.CoreV1().Pods("default").Create(ctx, burstPod(i), metav1.CreateOptions{}); err != nil {
-					t.Errorf("create pod %d: %v", i, err)
-				}
-			}
-		})
-	}
-	for i := range pods {
-		work <- i
-	}
-	close(work)
-	creators.Wait()
+	createBurstPods(ctx, t, client, pods)
 	list := func() []corev1.Pod {
 		l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -305,15 +296,7 @@ func runHA(t *testing.T, h haTimings, pods int, stop func(*cluster.Program)) tim
 		}
 		return l.Items
 	}
-	bound := func(items []corev1.Pod) int {
-		n := 0
-		for _, p := range items {
-			if p.Spec.NodeName != "" {
-				n++
-			}
-		}
-		return n
-	}
+	bound := boundCount
 	pollUntil(t, 3*time.Minute, "a third of the pods bound", func() bool { return bound(list()) >= pods/3 })
 
 	// The handover: no replica or two may be ready only until the standby has taken over.

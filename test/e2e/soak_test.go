@@ -28,7 +28,6 @@ import (
 	"github.com/gpushare/gpushare/extender/cache"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/test/cluster"
-	"github.com/gpushare/gpushare/test/localcluster/manifests"
 )
 
 var (
@@ -154,23 +153,7 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 		live: map[string]time.Time{}, bound: map[string]bool{}, ran: map[string]bool{}, refused: map[string]refusal{},
 	}
 	// The shipped manifests: our programs run with exactly their RBAC.
-	dir, err := manifests.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := manifests.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	applier, err := manifests.NewApplier(c.RESTConfig(), "gpushare-soak")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		if _, err := applier.Apply(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyShipped(t, c, nil)
 	if _, err := s.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: soakNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,11 +175,7 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 	}
 	s.sched = cluster.SchedulerConfig{
 		ClientQPS: 200, ClientBurst: 400,
-		Extenders: []cluster.Extender{{
-			URLPrefix: s.extURL + gpushare.ExtenderURLPrefix, FilterVerb: "filter", PrioritizeVerb: "prioritize",
-			Weight: 1, BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
-			ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
-		}},
+		Extenders: []cluster.Extender{ourExtender(s.extURL)},
 	}
 	if err := c.StartScheduler(ctx, s.sched); err != nil {
 		t.Fatal(err)

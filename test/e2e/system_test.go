@@ -65,11 +65,7 @@ func startSystem(t *testing.T) *systemBed {
 	t.Cleanup(func() { ext.stop(t) })
 	if err := c.StartScheduler(t.Context(), cluster.SchedulerConfig{
 		ClientQPS: 500, ClientBurst: 1000,
-		Extenders: []cluster.Extender{{
-			URLPrefix: "http://" + addr + gpushare.ExtenderURLPrefix, FilterVerb: "filter", PrioritizeVerb: "prioritize",
-			Weight: 1, BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
-			ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
-		}},
+		Extenders: []cluster.Extender{ourExtender("http://" + addr)},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -38,11 +38,7 @@ func TestExtenderUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ext := startExtender(t, addr, client)
-	if err := c.StartScheduler(ctx, cluster.SchedulerConfig{Extenders: []cluster.Extender{{
-		URLPrefix: "http://" + addr + gpushare.ExtenderURLPrefix, FilterVerb: "filter", PrioritizeVerb: "prioritize",
-		Weight: 1, BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 5 * time.Second,
-		ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
-	}}}); err != nil {
+	if err := c.StartScheduler(ctx, cluster.SchedulerConfig{Extenders: []cluster.Extender{ourExtender("http://" + addr)}}); err != nil {
 		t.Fatal(err)
 	}
 	ext.stop(t)
