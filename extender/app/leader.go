@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -211,7 +212,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	// The extender's error shape ({"Error": ...}), as the server writes it.
-	fmt.Fprintf(w, "{\"Error\":%q}\n", msg)
+	_ = json.NewEncoder(w).Encode(struct{ Error string }{msg})
 }
 
 // fencedLock is the Lease lock, telling leadership about every write so it
