@@ -78,7 +78,15 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	if r.Units == 0 {
 		// gpu-mem: 0 asks for no GPU memory: nothing to place, charge or
 		// record, but the scheduler still hands us its bind.
-		return b.write(ctx, pod, args, nil)
+		err := b.write(ctx, pod, args, nil)
+		if err != nil {
+			// A retry of a bind that succeeded, before the informer showed it.
+			live, gerr := b.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if gerr == nil && live.UID == pod.UID && live.Spec.NodeName == args.Node {
+				return nil
+			}
+		}
+		return err
 	}
 	assumed, err := b.cfg.Cache.Assume(pod, args.Node, b.cfg.Policy)
 	var bound *cache.BoundError

@@ -577,12 +577,11 @@ func TestBindOverwritesStaleAnnotations(t *testing.T) {
 // gpu-mem: 0 asks for no GPU memory. The scheduler still routes the pod's bind to us: it is bound
 // without a GPU assignment and charged nothing.
 func TestBindZeroUnits(t *testing.T) {
-	e := newEnv(t, gpuNode("n1", 32, 2))
-	ctx := context.Background()
+	// The pod watch is frozen after the first list: the informer keeps the pod unbound, as when the
+	// scheduler's retry comes before the informer shows the first bind.
 	p := gpuPod("zero", 0)
-	if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e := newEnvWatch(t, true, gpuNode("n1", 32, 2), p)
+	ctx := context.Background()
 	if res := e.filter(p, "n1"); res.NodeNames == nil || len(*res.NodeNames) != 1 {
 		t.Fatalf("filter = %+v; want n1 to pass", res)
 	}
