@@ -113,6 +113,16 @@ func createBurstPods(ctx context.Context, t *testing.T, client kubernetes.Interf
 	wg.Wait()
 }
 
+// defaultPods lists the pods of namespace default.
+func defaultPods(ctx context.Context, t *testing.T, client kubernetes.Interface) []corev1.Pod {
+	t.Helper()
+	l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
 // boundCount counts the pods of items bound to a node.
 func boundCount(items []corev1.Pod) int {
 	n := 0
@@ -285,13 +295,7 @@ func runBurst(t *testing.T, restart bool) {
 	start := time.Now()
 	createBurstPods(ctx, t, client, pods)
 
-	list := func() []corev1.Pod {
-		l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l.Items
-	}
+	list := func() []corev1.Pod { return defaultPods(ctx, t, client) }
 	bound := boundCount
 	if restart {
 		pollUntil(t, 3*time.Minute, "a third of the pods bound", func() bool { return bound(list()) >= pods/3 })

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
@@ -289,13 +288,7 @@ func runHA(t *testing.T, h haTimings, pods int, stop func(*cluster.Program)) tim
 
 	start := time.Now()
 	createBurstPods(ctx, t, client, pods)
-	list := func() []corev1.Pod {
-		l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l.Items
-	}
+	list := func() []corev1.Pod { return defaultPods(ctx, t, client) }
 	bound := boundCount
 	pollUntil(t, 3*time.Minute, "a third of the pods bound", func() bool { return bound(list()) >= pods/3 })
 
