@@ -184,7 +184,7 @@ func createAll(t *testing.T, client kubernetes.Interface, pods []*corev1.Pod) ma
 func waitRunning(t *testing.T, c *cluster.Cluster, pods map[string]*corev1.Pod) {
 	t.Helper()
 	for _, name := range slices.Sorted(maps.Keys(pods)) {
-		if _, err := c.WaitForPod(t.Context(), "default", name, 2*waitLong, "running", cluster.PodRunning); err != nil {
+		if _, err := c.WaitForPod(t.Context(), "default", name, 2*waitLong, "running with the plugin's record", runningAndRecorded); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -439,7 +439,7 @@ func TestPluginSeedAndNoMatch(t *testing.T) {
 	lost := podSpec{name: "lost", sizes: []int64{6}, gpus: []int{0}, noAnno: true}.object(multi.Name(), devUnits, time.Time{})
 	created := createAll(t, c.Client(), []*corev1.Pod{seed, lost})
 
-	if _, err := c.WaitForPod(ctx, "default", "seed", waitLong, "running", cluster.PodRunning); err != nil {
+	if _, err := c.WaitForPod(ctx, "default", "seed", waitLong, "running with the plugin's record", runningAndRecorded); err != nil {
 		t.Fatal(err)
 	}
 	checkEnvs(t, c.Client(), single, map[string]*corev1.Pod{"seed": created["seed"]}, devUnits)

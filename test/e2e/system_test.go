@@ -247,25 +247,52 @@ func running(t *testing.T, items []corev1.Pod) int {
 	return n
 }
 
-// waitAllRunning polls until every pod runs; on timeout it names each one that does not and why.
+// runningAndRecorded tells whether the pod runs and, when it asks for GPU memory, carries the
+// plugin's record of its containers (ASSIGNED=true). The plugin writes the record once the
+// kubelet's pod-resources API shows who got the devices, a moment after the container may start.
+func runningAndRecorded(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	reqs, err := gpushare.ContainerRequests(p)
+	if err != nil || gpushare.PodUnits(reqs) == 0 {
+		return err == nil
+	}
+	asg, placed, err := gpushare.DecodePodAssignment(p.Annotations)
+	return err == nil && placed && asg.Assigned
+}
+
+// recordedCount counts the pods for which runningAndRecorded holds.
+func recordedCount(items []corev1.Pod) int {
+	n := 0
+	for i := range items {
+		if runningAndRecorded(&items[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAllRunning polls until every pod runs and carries the plugin's record; on timeout it names
+// each one that does not and why.
 func (b *systemBed) waitAllRunning(t *testing.T, names map[string]*corev1.Pod, timeout time.Duration) []corev1.Pod {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		items := b.listPods(t, names)
-		if running(t, items) == len(items) {
+		if running(t, items) == len(items) && recordedCount(items) == len(items) {
 			return items
 		}
 		if time.Now().After(deadline) {
 			var lines []string
 			for _, p := range items {
-				if p.Status.Phase == corev1.PodRunning {
+				if runningAndRecorded(&p) {
 					continue
 				}
 				lines = append(lines, fmt.Sprintf("%s: phase %s, node %q, assigned %q, unschedulable %q, message %q",
 					p.Name, p.Status.Phase, p.Spec.NodeName, p.Annotations[gpushare.AnnotationAssigned], unschedulable(&p), p.Status.Message))
 			}
-			t.Fatalf("after %v, %d of %d pods are not Running:\n%s", timeout, len(lines), len(items), strings.Join(lines, "\n"))
+			t.Fatalf("after %v, %d of %d pods are not Running with their record:\n%s", timeout, len(lines), len(items), strings.Join(lines, "\n"))
 		}
 		time.Sleep(200 * time.Millisecond) // poll pacing; the deadline above bounds the wait
 	}
