@@ -15,9 +15,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpushare/gpushare/cmd/internal/kubeconfig"
 	"github.com/gpushare/gpushare/cmd/internal/logging"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/manager"
@@ -120,17 +119,10 @@ func serve(o options, logger *zap.Logger) error {
 		}
 	}()
 
-	var rc *rest.Config
-	var err error
-	if o.kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	}
+	rc, err := kubeconfig.Load(o.kubeconfig, "gpushare-device-plugin")
 	if err != nil {
-		return fmt.Errorf("API client configuration: %w", err)
+		return err
 	}
-	rc.UserAgent = "gpushare-device-plugin"
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)

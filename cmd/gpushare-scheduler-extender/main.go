@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpushare/gpushare/cmd/internal/kubeconfig"
 	"github.com/gpushare/gpushare/cmd/internal/logging"
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/app"
@@ -156,17 +156,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer func() { _ = log.Sync() }()
 
-	var cfg *rest.Config
-	if o.kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	}
+	cfg, err := kubeconfig.Load(o.kubeconfig, "gpushare-scheduler-extender")
 	if err != nil {
-		return fmt.Errorf("API client configuration: %w", err)
+		return err
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	cfg.UserAgent = "gpushare-scheduler-extender"
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

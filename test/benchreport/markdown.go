@@ -2,9 +2,11 @@ package benchreport
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -102,10 +104,21 @@ const (
 	metricRatio    = "ratio"
 )
 
+// The benchmark also reports the CPU time each process of the test bed spent
+// per pod bound in each phase, as cpu-ms/pod-<process>-<phase>. Process names
+// have dashes of their own (kube-apiserver), so the process is what lies
+// between the prefix and the phase.
+const (
+	cpuPrefix     = "cpu-ms/pod-"
+	cpuUnit       = "ms/pod"
+	phaseAlone    = "-alone"
+	phaseExtender = "-extender"
+)
+
 // Markdown renders res as the section between the markers: the machine, the
 // raw files and their commands, then the scheduling throughput side by side
-// and a table per package. Each row names its machine and the command that
-// reproduces it.
+// with the CPU each process spends per pod, and a table per package. Each row
+// names its machine and the command that reproduces it.
 func Markdown(res Results, opt Options) string {
 	var w strings.Builder
 	fmt.Fprintf(&w, "Machine: %s.\n\n", res.Machine)
@@ -143,9 +156,10 @@ func Markdown(res Results, opt Options) string {
 				each[i] = fmtNum(r)
 			}
 			fmt.Fprintf(&w, "| %s | %s | %s | %s | %s | %d | %s | %s |\n", displayName(g.first(), res.Machine),
-				cell(a), cell(e), cell(Stat{Unit: metricRatio, N: len(ratios), Median: Median(ratios), Min: minOf(ratios), Max: maxOf(ratios)}),
+				cell(a), cell(e), cell(statOf(metricRatio, ratios)),
 				strings.Join(each, ", "), g.runs(), machine, code(a.Rerun))
 		}
+		cpuTable(&w, throughput, res.Machine)
 	}
 	for _, pkg := range packages(others) {
 		var cols []string
@@ -187,6 +201,139 @@ func runRatios(g group, alone, ext Stat) []float64 {
 		out[i] = ext.Values[i] / alone.Values[i]
 	}
 	return out
+}
+
+// cpuTable renders the CPU cost per pod bound of each process of the
+// throughput groups that report it, alone and with the extender, and the
+// difference, taken per run as the ratio is.
+func cpuTable(w *strings.Builder, gs []group, m Machine) {
+	header := false
+	for _, g := range gs {
+		procs := cpuProcesses(g)
+		if len(procs) == 0 {
+			continue
+		}
+		if !header {
+			header = true
+			w.WriteString("\n#### CPU per pod bound, by process\n\n")
+			w.WriteString("CPU time (user + system, from /proc) each process of the test bed spent during the burst, divided by the pods bound; " +
+				"both phases are measured in each run, and the added cost is taken in each run and its median shown. " +
+				"The extender runs only in the second phase.\n\n")
+			w.WriteString("| benchmark | process | scheduler alone (CPU ms/pod) | with extender (CPU ms/pod) | added by the extender (CPU ms/pod) | runs | machine | command |\n")
+			w.WriteString("|---|---|---|---|---|---|---|---|\n")
+		}
+		row := func(process, alone, ext, added string) {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s | %s |\n", displayName(g.first(), m), escape(process),
+				alone, ext, added, g.runs(), m.Short(), code(g.first().Rerun))
+		}
+		// all sums the processes run by run; nil once a process has no
+		// value for every run, which leaves that phase blank.
+		sumAlone, sumExt := make([]float64, g.runs()), make([]float64, g.runs())
+		for _, p := range procs {
+			a, aRuns := cpuRuns(g, p, phaseAlone)
+			e, eRuns := cpuRuns(g, p, phaseExtender)
+			row(p, cell(a), cell(e), addedCell(aRuns, eRuns))
+			sumAlone, sumExt = addRuns(sumAlone, aRuns), addRuns(sumExt, eRuns)
+		}
+		row("all", runsCell(sumAlone), runsCell(sumExt), addedCell(sumAlone, sumExt))
+	}
+}
+
+// cpuMetric splits cpu-ms/pod-<process>-<phase>; phase keeps its dash.
+func cpuMetric(metric string) (process, phase string, ok bool) {
+	rest, ok := strings.CutPrefix(metric, cpuPrefix)
+	if !ok {
+		return "", "", false
+	}
+	for _, ph := range []string{phaseAlone, phaseExtender} {
+		if p, ok := strings.CutSuffix(rest, ph); ok && p != "" {
+			return p, ph, true
+		}
+	}
+	return "", "", false
+}
+
+// cpuProcesses are the processes g reports CPU for: the test bed's in a
+// fixed order, so that the rows of every benchmark line up, then others
+// sorted.
+func cpuProcesses(g group) []string {
+	rank := func(p string) int {
+		switch p {
+		case "kube-apiserver":
+			return 0
+		case "etcd":
+			return 1
+		case "kube-scheduler":
+			return 2
+		case "extender":
+			return 3
+		}
+		return 4
+	}
+	var out []string
+	for _, s := range g.stats {
+		if p, _, ok := cpuMetric(s.Metric); ok && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a, b))
+	})
+	return out
+}
+
+// cpuRuns is process's CPU in phase as reported, and its value in each run.
+// A process that did not report in a phase spent nothing there (the
+// extender does not run while the scheduler is measured alone): zeros. The
+// runs are nil when it reported in some runs only, since the values then
+// cannot be paired with their runs.
+func cpuRuns(g group, process, phase string) (Stat, []float64) {
+	s, found := g.metric(cpuPrefix + process + phase)
+	if !found {
+		zeros := make([]float64, g.runs())
+		return statOf(cpuUnit, zeros), zeros
+	}
+	if s.N != g.runs() {
+		return s, nil
+	}
+	return s, s.Values
+}
+
+// addRuns adds a process's runs to sum; an unknown either way makes the sum
+// unknown.
+func addRuns(sum, runs []float64) []float64 {
+	if sum == nil || runs == nil {
+		return nil
+	}
+	for i, v := range runs {
+		sum[i] += v
+	}
+	return sum
+}
+
+// runsCell is the cell of values computed per run; blank when unknown.
+func runsCell(runs []float64) string {
+	if runs == nil {
+		return ""
+	}
+	return cell(statOf(cpuUnit, runs))
+}
+
+// addedCell is ext - alone taken in each run; blank when either is unknown.
+func addedCell(alone, ext []float64) string {
+	if alone == nil || ext == nil {
+		return ""
+	}
+	added := make([]float64, len(alone))
+	for i := range added {
+		added[i] = ext[i] - alone[i]
+	}
+	return runsCell(added)
+}
+
+// statOf summarizes values computed from the runs, such as their ratios.
+func statOf(unit string, values []float64) Stat {
+	return Stat{Unit: unit, N: len(values), Median: Median(values), Min: minOf(values), Max: maxOf(values), Values: values}
 }
 
 func minOf(xs []float64) float64 {

@@ -2,6 +2,7 @@ package benchreport
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,10 @@ func TestCell(t *testing.T) {
 		{Stat{Unit: "allocs", N: 2, Median: 8.5, Min: 8, Max: 9}, "8.50 (8.00–9.00)"},
 		{Stat{Unit: "B", N: 2, Median: 115715906, Min: 115715900, Max: 115715912}, "110 MiB"},
 		{Stat{Unit: "devices", N: 1, Median: 0}, "0"},
+		// CPU ms per pod is a figure of its column, not a duration to scale.
+		{Stat{Unit: "ms/pod", N: 3, Median: 6.12, Min: 6, Max: 7}, "6.12 (6.00–7.00)"},
+		{Stat{Unit: "ms/pod", N: 3, Median: 1234.5, Min: 1000, Max: 2000}, "1234 (1000–2000)"},
+		{Stat{Unit: "ms/pod", N: 3, Median: 0.4, Min: -1.58, Max: 0.5}, "0.400 (-1.58–0.500)"},
 	} {
 		if got := cell(tc.s); got != tc.want {
 			t.Errorf("cell(%+v) = %q, want %q", tc.s, got, tc.want)
@@ -118,5 +123,85 @@ func TestMarkdown(t *testing.T) {
 	// is 2.156, not the 134.1/60 of the medians' quotient.
 	if !strings.Contains(string(got), "| SchedulingThroughput/qps=50 | 60.0 (56.0–62.2) | 134 (120–140) | 2.16 (2.00–2.50) | 2.16, 2.00, 2.50 | 3 |") {
 		t.Error("the qps=50 row does not show the median of the per-run ratios")
+	}
+}
+
+// cpuRaw is three runs of the throughput benchmark with the CPU of each
+// process: the extender reports only with the extender, and qps=50 reports
+// no CPU at all.
+const cpuRaw = testHeader + `pkg: example.com/m/e2e
+BenchmarkSchedulingThroughput/qps=50-2	1	0 ns/op	120.0 pods/s-extender	60.00 pods/s-scheduler	2.000 ratio
+BenchmarkSchedulingThroughput/qps=500-2	1	0 ns/op	3.10 cpu-ms/pod-etcd-alone	1.52 cpu-ms/pod-etcd-extender	2.20 cpu-ms/pod-extender-extender	6.12 cpu-ms/pod-kube-apiserver-alone	8.05 cpu-ms/pod-kube-apiserver-extender	2.14 cpu-ms/pod-kube-scheduler-alone	4.66 cpu-ms/pod-kube-scheduler-extender	240.1 pods/s-scheduler	120.3 pods/s-extender	0.501 ratio
+BenchmarkSchedulingThroughput/qps=500-2	1	0 ns/op	3.00 cpu-ms/pod-etcd-alone	3.40 cpu-ms/pod-etcd-extender	2.50 cpu-ms/pod-extender-extender	6.00 cpu-ms/pod-kube-apiserver-alone	9.00 cpu-ms/pod-kube-apiserver-extender	2.00 cpu-ms/pod-kube-scheduler-alone	4.00 cpu-ms/pod-kube-scheduler-extender	230.0 pods/s-scheduler	110.0 pods/s-extender	0.478 ratio
+BenchmarkSchedulingThroughput/qps=500-2	1	0 ns/op	3.30 cpu-ms/pod-etcd-alone	3.80 cpu-ms/pod-etcd-extender	1.90 cpu-ms/pod-extender-extender	7.00 cpu-ms/pod-kube-apiserver-alone	8.20 cpu-ms/pod-kube-apiserver-extender	2.30 cpu-ms/pod-kube-scheduler-alone	4.10 cpu-ms/pod-kube-scheduler-extender	250.0 pods/s-scheduler	100.0 pods/s-extender	0.400 ratio
+`
+
+func TestCPUTable(t *testing.T) {
+	const rerun = "`go test -run='^$' -bench='^BenchmarkSchedulingThroughput$/^qps=500$' -count=2 ./e2e`"
+	for _, tc := range []struct {
+		name, raw string
+		runs      int
+		rows      []string // process, alone, with extender, added
+	}{
+		{
+			// kube-apiserver: the per-run differences 1.93, 3.00, 1.20 have
+			// median 1.93, not 8.20 - 6.12 of the medians. all: alone 11.36,
+			// 11.00, 12.60; with the extender 16.43, 18.90, 18.00, the
+			// extender's own 2.20, 2.50, 1.90 included.
+			name: "three runs",
+			raw:  cpuRaw,
+			runs: 3,
+			rows: []string{
+				"kube-apiserver | 6.12 (6.00–7.00) | 8.20 (8.05–9.00) | 1.93 (1.20–3.00)",
+				"etcd | 3.10 (3.00–3.30) | 3.40 (1.52–3.80) | 0.400 (-1.58–0.500)",
+				"kube-scheduler | 2.14 (2.00–2.30) | 4.10 (4.00–4.66) | 2.00 (1.80–2.52)",
+				"extender | 0 | 2.20 (1.90–2.50) | 2.20 (1.90–2.50)",
+				"all | 11.4 (11.0–12.6) | 18.0 (16.4–18.9) | 5.40 (5.07–7.90)",
+			},
+		},
+		{
+			// etcd alone is missing from one run: its values cannot be
+			// paired with the runs, so its difference and the sums are
+			// blank. Processes the test bed does not name come last, sorted.
+			name: "a process missing from a run",
+			raw: testHeader + `pkg: example.com/m/e2e
+BenchmarkSchedulingThroughput/qps=500-2	1	1 cpu-ms/pod-kube-proxy-alone	1 cpu-ms/pod-coredns-extender	2 cpu-ms/pod-etcd-alone	3 cpu-ms/pod-etcd-extender	240 pods/s-scheduler	120 pods/s-extender
+BenchmarkSchedulingThroughput/qps=500-2	1	1 cpu-ms/pod-kube-proxy-alone	1 cpu-ms/pod-coredns-extender	4 cpu-ms/pod-etcd-extender	240 pods/s-scheduler	120 pods/s-extender
+`,
+			runs: 2,
+			rows: []string{
+				"etcd | 2 | 3.50 (3.00–4.00) | ",
+				"coredns | 0 | 1 | 1",
+				"kube-proxy | 1 | 0 | -1",
+				"all |  | 4.50 (4.00–5.00) | ",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Summarize([]File{parseTest(t, "raw/e2e.txt", tc.raw)}, "example.com/m")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := Markdown(res, Options{})
+			_, table, ok := strings.Cut(out, "\n#### CPU per pod bound, by process\n\n")
+			if !ok {
+				t.Fatalf("no CPU table:\n%s", out)
+			}
+			want := "CPU time (user + system, from /proc) each process of the test bed spent during the burst, divided by the pods bound; " +
+				"both phases are measured in each run, and the added cost is taken in each run and its median shown. The extender runs only in the second phase.\n\n" +
+				"| benchmark | process | scheduler alone (CPU ms/pod) | with extender (CPU ms/pod) | added by the extender (CPU ms/pod) | runs | machine | command |\n" +
+				"|---|---|---|---|---|---|---|---|\n"
+			for _, r := range tc.rows {
+				want += fmt.Sprintf("| SchedulingThroughput/qps=500 | %s | %d | 2 cores, 1.0 GiB | %s |\n", r, tc.runs, rerun)
+			}
+			if table != want {
+				t.Errorf("CPU table:\n%s\nwant\n%s", table, want)
+			}
+			// The CPU metrics neither add columns to the throughput table
+			// nor push the benchmark into a table of its package.
+			if strings.Contains(out, "#### `./e2e`") || strings.Count(out, "| SchedulingThroughput/qps=500 | 2") != 1 {
+				t.Errorf("the throughput benchmark is outside its table:\n%s", out)
+			}
+		})
 	}
 }

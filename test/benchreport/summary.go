@@ -165,9 +165,14 @@ func isTimeOrSize(u string) bool {
 
 // UnitOf says what a metric's value counts, from the conventions of
 // testing.B.ReportMetric: "ns/op" is ns, "p50-µs" µs, "cache-MiB" MiB,
-// "bytes/msg" bytes, "pods/s-extender" pods/s; anything else is its own
-// unit ("ratio", "devices").
+// "bytes/msg" bytes, "pods/s-extender" pods/s, "cpu-ms/pod-etcd-alone"
+// ms/pod; anything else is its own unit ("ratio", "devices").
 func UnitOf(metric string) string {
+	// The process names in a CPU metric are not units, whatever their
+	// segments read as; CPU ms/pod is not a duration to scale either.
+	if strings.HasPrefix(metric, cpuPrefix) {
+		return cpuUnit
+	}
 	if u, ok := strings.CutSuffix(metric, "/op"); ok {
 		return u
 	}

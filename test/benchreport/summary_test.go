@@ -1,7 +1,9 @@
 package benchreport
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,6 +37,10 @@ func TestUnitOf(t *testing.T) {
 		"bytes/msg": "bytes", "ns/placement": "ns",
 		"pods/s-scheduler": "pods/s", "pods/s-extender": "pods/s", "pods/s": "pods/s",
 		"ratio": "ratio", "devices": "devices",
+		// CPU per pod: the process names are not units, even where a
+		// segment reads as one ("s", "B").
+		"cpu-ms/pod-kube-apiserver-alone": "ms/pod", "cpu-ms/pod-extender-extender": "ms/pod",
+		"cpu-ms/pod-s-alone": "ms/pod", "cpu-ms/pod-B-extender": "ms/pod",
 	} {
 		if got := UnitOf(metric); got != want {
 			t.Errorf("UnitOf(%q) = %q, want %q", metric, got, want)
@@ -160,5 +166,37 @@ BenchmarkZ-2	1	2.5 ratio
 	}
 	if _, err := Summarize(nil, "example.com/m"); err == nil {
 		t.Error("no files: no error")
+	}
+}
+
+// TestSummarizeCPU checks that results.json carries each CPU metric of the
+// throughput benchmark, every run's value in ms/pod, besides the table.
+func TestSummarizeCPU(t *testing.T) {
+	res, err := Summarize([]File{parseTest(t, "raw/e2e.txt", cpuRaw)}, "example.com/m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Stat{}
+	for _, s := range res.Benchmarks {
+		if s.Name == "BenchmarkSchedulingThroughput/qps=500" {
+			got[s.Metric] = s
+		}
+	}
+	for metric, values := range map[string][]float64{
+		"cpu-ms/pod-kube-apiserver-alone":    {6.12, 6.00, 7.00},
+		"cpu-ms/pod-kube-apiserver-extender": {8.05, 9.00, 8.20},
+		"cpu-ms/pod-etcd-alone":              {3.10, 3.00, 3.30},
+		"cpu-ms/pod-etcd-extender":           {1.52, 3.40, 3.80},
+		"cpu-ms/pod-kube-scheduler-alone":    {2.14, 2.00, 2.30},
+		"cpu-ms/pod-kube-scheduler-extender": {4.66, 4.00, 4.10},
+		"cpu-ms/pod-extender-extender":       {2.20, 2.50, 1.90},
+	} {
+		s, ok := got[metric]
+		if !ok || s.Unit != "ms/pod" || !reflect.DeepEqual(s.Values, values) {
+			t.Errorf("%s: %+v, want unit ms/pod and values %v", metric, s, values)
+		}
+	}
+	if _, ok := got["cpu-ms/pod-extender-alone"]; ok || len(got) != 11 {
+		t.Errorf("metrics %v: want the 7 reported CPU ones and ns/op, both rates and the ratio", slices.Sorted(maps.Keys(got)))
 	}
 }

@@ -252,7 +252,7 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 	return s
 }
 
-func freeLoopbackPort(t *testing.T) string {
+func freeLoopbackPort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
