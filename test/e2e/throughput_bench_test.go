@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/test/cluster"
@@ -41,6 +43,10 @@ const (
 //
 //	go test -tags e2e -run '^$' -bench SchedulingThroughput -benchtime 3x ./test/e2e/
 func BenchmarkSchedulingThroughput(b *testing.B) {
+	// client-go's reflectors in this process log to stderr, which go test interleaves with the
+	// result lines that benchstat and make bench parse.
+	klog.SetLogger(logr.Discard())
+	b.Cleanup(klog.ClearLogger)
 	bin, err := cluster.OwnBinaries(b.TempDir(), false)
 	if err != nil {
 		b.Fatal(err)
