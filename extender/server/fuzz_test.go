@@ -227,8 +227,8 @@ func chargedOn(in cache.Inspect, namespace, name string) []string {
 // body: the status, and for 4xx the error's prefix; on 200 it returns the
 // arguments and the candidate node names.
 func expectArgs(body []byte) (code int, prefix string, args extenderv1.ExtenderArgs, names []string) {
-	// The server decodes one value from the front of the body, as here.
-	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&args); err != nil {
+	// The reference: encoding/json on the upstream type, the whole body one value.
+	if err := json.Unmarshal(body, &args); err != nil {
 		return http.StatusBadRequest, "malformed request body: ", args, nil
 	}
 	switch {
@@ -559,7 +559,7 @@ func (e *fuzzEnv) checkBind(t *testing.T, body []byte) int {
 	after := e.inspect(t)
 	var args extenderv1.ExtenderBindingArgs
 	want, prefix := 0, ""
-	switch err := json.NewDecoder(bytes.NewReader(body)).Decode(&args); {
+	switch err := json.Unmarshal(body, &args); {
 	case err != nil:
 		want, prefix = http.StatusBadRequest, "malformed request body: "
 	case args.PodName == "" || args.PodNamespace == "" || args.PodUID == "" || args.Node == "":

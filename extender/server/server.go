@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -125,25 +124,35 @@ func (s *Server) timed(verb string, h http.HandlerFunc) http.HandlerFunc {
 
 // decode reads a bounded JSON body into v, answering the 4xx itself on failure.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("request body larger than %d bytes", limit)})
-			return false
-		}
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: "reading request body: " + err.Error()})
+	body, ok := readJSON(w, r, limit)
+	if !ok {
 		return false
 	}
-	if q, bad := findHugeExponent(body); bad {
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("malformed request body: quantity %.40q has an exponent no Kubernetes quantity needs", q)})
-		return false
-	}
-	if err := json.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "malformed request body: " + err.Error()})
 		return false
 	}
 	return true
+}
+
+// readJSON reads a bounded body and refuses one holding a quantity no decoder
+// should see, answering the 4xx itself on failure.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("request body larger than %d bytes", limit)})
+			return nil, false
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "reading request body: " + err.Error()})
+		return nil, false
+	}
+	if q, bad := findHugeExponent(body); bad {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("malformed request body: quantity %.40q has an exponent no Kubernetes quantity needs", q)})
+		return nil, false
+	}
+	return body, true
 }
 
 // quantityWithHugeExponent is a string that resource.ParseQuantity reads as a
@@ -240,12 +249,17 @@ func (s *Server) extenderArgs(w http.ResponseWriter, r *http.Request) (*extender
 	if !s.ready(w) {
 		return nil, nil, false
 	}
-	var args extenderv1.ExtenderArgs
-	if !decode(w, r, s.cfg.MaxBodyBytes, &args) {
+	body, ok := readJSON(w, r, s.cfg.MaxBodyBytes)
+	if !ok {
 		return nil, nil, false
 	}
-	names, ok := candidates(w, &args)
-	return &args, names, ok
+	args, err := unmarshalExtenderArgs(body)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "malformed request body: " + err.Error()})
+		return nil, nil, false
+	}
+	names, ok := candidates(w, args)
+	return args, names, ok
 }
 
 func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
