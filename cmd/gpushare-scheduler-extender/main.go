@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/cmd/internal/logging"
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/app"
+	"github.com/gpushare/gpushare/extender/server"
 )
 
 func main() {
@@ -45,6 +46,7 @@ type options struct {
 	burst      int
 	assumeTTL  time.Duration
 	maxBody    int64
+	gpuMetrics server.GPUMetrics
 	election   election
 	tlsCert    string
 	tlsKey     string
@@ -81,6 +83,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.IntVar(&o.burst, "kube-api-burst", 1000, "API client burst")
 	fs.DurationVar(&o.assumeTTL, "assume-ttl", 30*time.Second, "how long a bind may stay unconfirmed by the informer before its charge is dropped")
 	fs.Int64Var(&o.maxBody, "max-body-bytes", 64<<20, "largest filter or prioritize request body accepted")
+	fs.Var(&o.gpuMetrics, "gpu-metrics", "how finely /metrics reports GPU memory beside the cluster totals: gpu (the default; 3 series per GPU), node (3 per node) or none")
 	namespace := getenv("POD_NAMESPACE")
 	if namespace == "" {
 		namespace = "kube-system"
@@ -167,7 +170,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	appCfg := app.Config{
 		Client: client, Logger: log, Policy: o.policy, AssumeTTL: o.assumeTTL,
-		MaxBodyBytes: o.maxBody, Version: version(), TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey,
+		MaxBodyBytes: o.maxBody, GPUMetrics: o.gpuMetrics, Version: version(), TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey,
 	}
 	if o.election.enabled {
 		id, err := identity(getenv, os.Hostname)

@@ -33,6 +33,7 @@ type Config struct {
 	Policy       allocator.Policy
 	AssumeTTL    time.Duration // zero: the cache's default
 	MaxBodyBytes int64         // zero: the server's default
+	GPUMetrics   server.GPUMetrics
 	Version      string
 	// ShutdownGrace bounds how long in-flight requests may finish after the
 	// context ends; zero means 5 seconds.
@@ -97,7 +98,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), lead.gauge())
 	s, err := server.New(server.Config{
 		Cache: c, Binder: b, Policy: cfg.Policy, Logger: log.Named("server"),
-		Registry: reg, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes,
+		Registry: reg, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes, GPUMetrics: cfg.GPUMetrics,
 	})
 	if err != nil {
 		return err

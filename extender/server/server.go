@@ -46,6 +46,9 @@ type Config struct {
 	// MaxBodyBytes bounds filter and prioritize bodies (full Node objects when
 	// nodeCacheCapable is false); zero means 64 MiB. Bind bodies are bounded to 64 KiB.
 	MaxBodyBytes int64
+	// GPUMetrics is how finely GPU memory is reported beside the cluster
+	// totals; the zero value is per GPU.
+	GPUMetrics GPUMetrics
 }
 
 // Server answers the scheduler's extender calls.
@@ -70,7 +73,7 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
-	m, err := newMetrics(cfg.Registry, cfg.Cache.All)
+	m, err := newMetrics(cfg.Registry, cfg.Cache.All, cfg.GPUMetrics)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
