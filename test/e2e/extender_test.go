@@ -303,26 +303,7 @@ func runBurst(t *testing.T, restart bool) {
 		t.Logf("extender stopped with %d pods bound", bound(list()))
 		ext = startExtender(t, addr, client)
 	}
-	// Settled: every bound pod served by the (fake) plugin, every other pod
-	// judged unschedulable (not a transient extender error), and nothing
-	// changing for two seconds.
-	var items []corev1.Pod
-	lastBound, since := -1, time.Now()
-	pollUntil(t, 5*time.Minute, "every pod bound or unschedulable with a reason", func() bool {
-		items = list()
-		for _, p := range items {
-			if p.Spec.NodeName != "" && p.Annotations[gpushare.AnnotationAssigned] != "true" {
-				return false
-			}
-			if p.Spec.NodeName == "" && unschedulable(&p) == "" {
-				return false
-			}
-		}
-		if n := bound(items); n != lastBound {
-			lastBound, since = n, time.Now()
-		}
-		return time.Since(since) > 2*time.Second
-	})
+	items := settleBurst(t, list)
 	n := bound(items)
 	t.Logf("%d of %d pods bound in %v", n, pods, time.Since(start).Round(time.Millisecond))
 
@@ -347,30 +328,8 @@ func runBurst(t *testing.T, restart bool) {
 	var diff string
 	pollUntil(t, time.Minute, "inspect agrees with annotations", func() bool {
 		want = charges(t, list(), sizes)
-		resp, err := http.Get("http://" + addr + gpushare.ExtenderURLPrefix + "/inspect")
-		if err != nil {
-			diff = err.Error()
-			return false
-		}
-		defer resp.Body.Close()
-		var in cache.Inspect
-		if err := json.NewDecoder(resp.Body).Decode(&in); err != nil {
-			diff = err.Error()
-			return false
-		}
-		if len(in.Nodes) != len(specs) {
-			diff = fmt.Sprintf("%d nodes in inspect", len(in.Nodes))
-			return false
-		}
-		for _, node := range in.Nodes {
-			for _, d := range node.Devs {
-				if d.UsedGPU != want[node.Name][d.ID] || d.TotalGPU != sizes[node.Name][d.ID] {
-					diff = fmt.Sprintf("node %s GPU %d: inspect %d/%d, annotations %d/%d", node.Name, d.ID, d.UsedGPU, d.TotalGPU, want[node.Name][d.ID], sizes[node.Name][d.ID])
-					return false
-				}
-			}
-		}
-		return true
+		diff = inspectDiff("http://"+addr, want, sizes, len(specs))
+		return diff == ""
 	})
 	if t.Failed() {
 		t.Log("last inspect difference:", diff)
@@ -427,4 +386,53 @@ func mustIndex(t *testing.T, name string) int {
 		t.Fatal(errors.Join(errors.New("pod name "+name), err))
 	}
 	return i
+}
+
+// inspectDiff compares a replica's /inspect with the per-GPU charges of the annotations; "" when equal.
+func inspectDiff(base string, want map[string]map[int]uint64, sizes map[string][]uint64, nodes int) string {
+	resp, err := probeClient.Get(base + gpushare.ExtenderURLPrefix + "/inspect")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var in cache.Inspect
+	if err := json.NewDecoder(resp.Body).Decode(&in); err != nil {
+		return err.Error()
+	}
+	if len(in.Nodes) != nodes {
+		return fmt.Sprintf("%d nodes in inspect, want %d", len(in.Nodes), nodes)
+	}
+	for _, node := range in.Nodes {
+		for _, d := range node.Devs {
+			if d.UsedGPU != want[node.Name][d.ID] || d.TotalGPU != sizes[node.Name][d.ID] {
+				return fmt.Sprintf("node %s GPU %d: inspect %d/%d, annotations %d/%d", node.Name, d.ID, d.UsedGPU, d.TotalGPU, want[node.Name][d.ID], sizes[node.Name][d.ID])
+			}
+		}
+	}
+	return ""
+}
+
+// settleBurst polls until the burst has settled: every bound pod served by the (fake) plugin,
+// every other pod judged unschedulable (not a transient extender error), and the bound count
+// unchanged for two seconds. It returns the pods as last listed.
+func settleBurst(t *testing.T, list func() []corev1.Pod) []corev1.Pod {
+	t.Helper()
+	var items []corev1.Pod
+	lastBound, since := -1, time.Now()
+	pollUntil(t, 5*time.Minute, "every pod bound or unschedulable with a reason", func() bool {
+		items = list()
+		for _, p := range items {
+			if p.Spec.NodeName != "" && p.Annotations[gpushare.AnnotationAssigned] != "true" {
+				return false
+			}
+			if p.Spec.NodeName == "" && unschedulable(&p) == "" {
+				return false
+			}
+		}
+		if n := boundCount(items); n != lastBound {
+			lastBound, since = n, time.Now()
+		}
+		return time.Since(since) > 2*time.Second
+	})
+	return items
 }

@@ -23,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpushare/gpushare/extender/cache"
-	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/localcluster/manifests"
 )
@@ -315,25 +313,7 @@ func runHA(t *testing.T, h haTimings, pods int, stop func(*cluster.Program)) tim
 	}
 	standby(a, b.name)
 
-	// Settled: every bound pod served by the (fake) plugin, every other pod judged unschedulable
-	// (not a transient extender error), and nothing changing for two seconds.
-	var items []corev1.Pod
-	lastBound, since := -1, time.Now()
-	pollUntil(t, 5*time.Minute, "every pod bound or unschedulable with a reason", func() bool {
-		items = list()
-		for _, p := range items {
-			if p.Spec.NodeName != "" && p.Annotations[gpushare.AnnotationAssigned] != "true" {
-				return false
-			}
-			if p.Spec.NodeName == "" && unschedulable(&p) == "" {
-				return false
-			}
-		}
-		if n := bound(items); n != lastBound {
-			lastBound, since = n, time.Now()
-		}
-		return time.Since(since) > 2*time.Second
-	})
+	items := settleBurst(t, list)
 	n = bound(items)
 	t.Logf("%d of %d pods bound in %v", n, pods, time.Since(start).Round(time.Millisecond))
 	want := charges(t, items, sizes) // fails on any over-committed GPU
@@ -374,28 +354,4 @@ func runHA(t *testing.T, h haTimings, pods int, stop func(*cluster.Program)) tim
 		t.Errorf("the proxy routes to %v at the end, want extender-b", cur)
 	}
 	return takeover
-}
-
-// inspectDiff compares a replica's /inspect with the per-GPU charges of the annotations; "" when equal.
-func inspectDiff(base string, want map[string]map[int]uint64, sizes map[string][]uint64, nodes int) string {
-	resp, err := probeClient.Get(base + gpushare.ExtenderURLPrefix + "/inspect")
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	var in cache.Inspect
-	if err := json.NewDecoder(resp.Body).Decode(&in); err != nil {
-		return err.Error()
-	}
-	if len(in.Nodes) != nodes {
-		return fmt.Sprintf("%d nodes in inspect, want %d", len(in.Nodes), nodes)
-	}
-	for _, node := range in.Nodes {
-		for _, d := range node.Devs {
-			if d.UsedGPU != want[node.Name][d.ID] || d.TotalGPU != sizes[node.Name][d.ID] {
-				return fmt.Sprintf("node %s GPU %d: inspect %d/%d, annotations %d/%d", node.Name, d.ID, d.UsedGPU, d.TotalGPU, want[node.Name][d.ID], sizes[node.Name][d.ID])
-			}
-		}
-	}
-	return ""
 }
