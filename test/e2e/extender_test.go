@@ -148,6 +148,24 @@ func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 }
 
 // burstNodes are 50 Node objects: 24 with 8×80, 25 with 4×24, one mixed (80, 24, 40, 16).
+// startBurstBed starts a cluster without a scheduler, with the burst's nodes, and returns it, a
+// client with the extender's API limits (QPS 500, burst 1000) and the nodes' specs and GPU sizes.
+func startBurstBed(t *testing.T) (*cluster.Cluster, kubernetes.Interface, []cluster.NodeSpec, map[string][]uint64) {
+	t.Helper()
+	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	cfg := c.RESTConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, sizes := burstNodes(t)
+	if err := c.CreateNodes(t.Context(), specs); err != nil {
+		t.Fatal(err)
+	}
+	return c, client, specs, sizes
+}
+
 func burstNodes(t *testing.T) ([]cluster.NodeSpec, map[string][]uint64) {
 	t.Helper()
 	var specs []cluster.NodeSpec
@@ -265,24 +283,8 @@ func TestExtenderBurstRestart(t *testing.T) { runBurst(t, true) }
 func runBurst(t *testing.T, restart bool) {
 	const pods = 500
 	ctx := t.Context()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	cfg := c.RESTConfig()
-	cfg.QPS, cfg.Burst = 500, 1000
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, sizes := burstNodes(t)
-	if err := c.CreateNodes(ctx, specs); err != nil {
-		t.Fatal(err)
-	}
+	addr := "127.0.0.1:" + freeLoopbackPort(t)
+	c, client, specs, sizes := startBurstBed(t)
 	ext := startExtender(t, addr, client)
 	defer func() { ext.stop(t) }()
 	if err := c.StartScheduler(ctx, cluster.SchedulerConfig{

@@ -21,7 +21,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/localcluster/manifests"
@@ -224,20 +223,10 @@ func runHA(t *testing.T, h haTimings, pods int, stop func(*cluster.Program)) tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	c, client, specs, sizes := startBurstBed(t)
 	applyExtenderRBAC(t, c)
 	kubeconfig, err := c.Kubeconfig("sa-extender-ha", saExtender)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.RESTConfig()
-	cfg.QPS, cfg.Burst = 500, 1000
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, sizes := burstNodes(t)
-	if err := c.CreateNodes(ctx, specs); err != nil {
 		t.Fatal(err)
 	}
 

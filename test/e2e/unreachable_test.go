@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -25,18 +24,8 @@ const extenderDown = 5 * time.Second
 // reason naming the extender, and once it is back they are placed, none over-committing a GPU.
 func TestExtenderUnreachable(t *testing.T) {
 	ctx := t.Context()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	client := c.Client()
-	specs, sizes := burstNodes(t)
-	if err := c.CreateNodes(ctx, specs); err != nil {
-		t.Fatal(err)
-	}
+	addr := "127.0.0.1:" + freeLoopbackPort(t)
+	c, client, _, sizes := startBurstBed(t)
 	ext := startExtender(t, addr, client)
 	if err := c.StartScheduler(ctx, cluster.SchedulerConfig{Extenders: []cluster.Extender{ourExtender("http://" + addr)}}); err != nil {
 		t.Fatal(err)
@@ -89,7 +78,7 @@ func TestExtenderUnreachable(t *testing.T) {
 	ext = startExtender(t, addr, client)
 	t.Cleanup(func() { ext.stop(t) })
 	var items []corev1.Pod
-	err = cluster.Poll(ctx, 2*time.Minute, "every pod placed or judged unschedulable", func(ctx context.Context) (bool, error) {
+	err := cluster.Poll(ctx, 2*time.Minute, "every pod placed or judged unschedulable", func(ctx context.Context) (bool, error) {
 		l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
