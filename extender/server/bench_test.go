@@ -56,15 +56,7 @@ func newBenchEnv(b *testing.B, nodes int) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	b.Cleanup(func() { cancel(); <-done })
-	sctx, scancel := context.WithTimeout(ctx, time.Minute)
-	defer scancel()
-	if !c.WaitForSync(sctx) {
-		b.Fatal("cache did not sync")
-	}
+	runCache(b, c, time.Minute)
 	e.cache = c
 	s, err := New(Config{Cache: c, Binder: binder.New(binder.Config{Client: e.client, Cache: c}), Registry: prometheus.NewRegistry()})
 	if err != nil {

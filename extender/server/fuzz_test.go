@@ -88,15 +88,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	f.Cleanup(func() { cancel(); <-done })
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	if !c.WaitForSync(sctx) {
-		f.Fatal("cache did not sync")
-	}
+	runCache(f, c, 10*time.Second)
 	s, err := New(Config{Cache: c, Binder: binder.New(binder.Config{Client: e.client, Cache: c}),
 		Registry: prometheus.NewRegistry(), MaxBodyBytes: fuzzMaxBody})
 	if err != nil {

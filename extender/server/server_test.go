@@ -126,15 +126,7 @@ func newEnvWatch(t *testing.T, frozenPods bool, objs ...runtime.Object) *env {
 		t.Fatal(err)
 	}
 	e.cache = c
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	if !c.WaitForSync(sctx) {
-		t.Fatal("cache did not sync")
-	}
+	runCache(t, c, 10*time.Second)
 	b := binder.New(binder.Config{Client: e.client, Cache: c, Logger: zaptest.NewLogger(t)})
 	s, err := New(Config{Cache: c, Binder: b, Logger: zaptest.NewLogger(t), Registry: prometheus.NewRegistry(), Version: "v-test", MaxBodyBytes: 1 << 20})
 	if err != nil {
@@ -652,5 +644,19 @@ func TestBindRetryBeforeInformerKeepsCharge(t *testing.T) {
 	// b (12 units) must not fit next to a (12) on the 16-unit GPU.
 	if code, _ := e.bind(b, "n1"); code == http.StatusOK {
 		t.Error("over-commit: b bound next to a on the 16-unit GPU")
+	}
+}
+
+// runCache runs c until the test ends and waits up to timeout for it to sync.
+func runCache(tb testing.TB, c *cache.Cache, timeout time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	sctx, scancel := context.WithTimeout(ctx, timeout)
+	defer scancel()
+	if !c.WaitForSync(sctx) {
+		tb.Fatal("cache did not sync")
 	}
 }
