@@ -53,6 +53,8 @@ type Input struct {
 	DisableIsolation bool                 // the node's cgpu.disable.isolation label
 	Pods             []*corev1.Pod        // pods bound to this node; read only
 	Served           Served               // containers served but maybe not yet visible on the pods; read only
+	// Memo keeps decoded pods between calls; nil decodes every pod on every call.
+	Memo *Memo
 }
 
 // Decision is the answer for one container of an Allocate call.
@@ -123,7 +125,8 @@ type candidate struct {
 // Match returns one Decision per entry of units (the device counts of the
 // call's container requests, in order), treating earlier entries as served
 // when choosing later ones. It fails with a *NoMatchError when some entry
-// matches nobody, and never returns a partial answer.
+// matches nobody, with an *OvercommitError when a chosen GPU holds more than
+// it has, and never returns a partial answer.
 func Match(in Input, units []uint64) ([]Decision, error) {
 	if in.Inventory == nil {
 		return nil, fmt.Errorf("%w: no GPU inventory", ErrInvalidRequest)
@@ -144,6 +147,9 @@ func Match(in Input, units []uint64) ([]Decision, error) {
 		}
 		served.Add(d.Pod.UID, d.Container.Name, d.Env)
 		out = append(out, d)
+	}
+	if err := checkFits(in, in.Memo, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -202,63 +208,16 @@ func candidates(in Input, served Served) ([]candidate, []Skipped) {
 		// A running pod stays a candidate until its record is complete: the
 		// kubelet may have served it under another pod's answer (equal
 		// signatures make that harmless), and that pod's call is still to come.
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if finished(pod) {
 			continue
 		}
-		key := pod.Namespace + "/" + pod.Name
-		skip := func(reason string) { skipped = append(skipped, Skipped{Pod: key, Reason: reason}) }
-		reqs, err := gpushare.ContainerRequests(pod)
-		if err != nil {
-			skip(err.Error())
-			continue
+		c, reason := candidateOf(in, pod, in.Memo.info(pod), served[pod.UID])
+		switch {
+		case reason != "":
+			skipped = append(skipped, Skipped{Pod: pod.Namespace + "/" + pod.Name, Reason: reason})
+		case c != nil:
+			out = append(out, *c)
 		}
-		if len(reqs) == 0 {
-			continue
-		}
-		c := candidate{pod: pod, reqs: reqs, units: gpushare.PodUnits(reqs), served: map[string]bool{}}
-		asg, placed, err := gpushare.DecodePodAssignment(pod.Annotations)
-		if err != nil {
-			skip(err.Error())
-			continue
-		}
-		if placed && asg.Assigned {
-			continue
-		}
-		if raw, ok := pod.Annotations[gpushare.AnnotationContainerEnv]; ok {
-			rec, err := gpushare.DecodeContainerEnvs(raw)
-			if err != nil {
-				skip(err.Error())
-				continue
-			}
-			for name := range rec {
-				c.served[name] = true
-			}
-		}
-		for name := range served[pod.UID] {
-			c.served[name] = true
-		}
-		if !placed {
-			// Seed behaviour: with one GPU there is only one place to be, so a
-			// pod the extender never saw (default scheduler) still works.
-			gpus := in.Inventory.GPUs()
-			if len(gpus) != 1 {
-				skip(fmt.Sprintf("it has no %s annotation and the node has %d GPUs; schedule it through the gpushare scheduler extender", gpushare.AnnotationGPUIndex, len(gpus)))
-				continue
-			}
-			asg = gpushare.PodAssignment{GPUIndex: gpus[0].Index}
-		}
-		if reason := placeContainers(in.Inventory, asg, &c); reason != "" {
-			skip(reason)
-			continue
-		}
-		if allServed(c) {
-			continue
-		}
-		c.order = asg.AssumeTime
-		if c.order == 0 {
-			c.order = pod.CreationTimestamp.UnixNano()
-		}
-		out = append(out, c)
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int {
 		return cmp.Or(
@@ -272,6 +231,49 @@ func candidates(in Input, served Served) ([]candidate, []Skipped) {
 	return out, skipped
 }
 
+// candidateOf returns pod as a candidate, nil when it waits for nothing, or
+// why it cannot be served.
+func candidateOf(in Input, pod *corev1.Pod, info *podInfo, servedNow map[string]gpushare.ContainerEnv) (*candidate, string) {
+	if info.problem != "" {
+		return nil, info.problem
+	}
+	if len(info.reqs) == 0 || (info.placed && info.asg.Assigned) {
+		return nil, ""
+	}
+	c := candidate{pod: pod, reqs: info.reqs, units: gpushare.PodUnits(info.reqs), gpus: info.gpus,
+		served: make(map[string]bool, len(info.recorded)+len(servedNow))}
+	for name := range info.recorded {
+		c.served[name] = true
+	}
+	for name := range servedNow {
+		c.served[name] = true
+	}
+	if !info.placed {
+		// Seed behaviour: with one GPU there is only one place to be, so a
+		// pod the extender never saw (default scheduler) still works.
+		gpus := in.Inventory.GPUs()
+		if len(gpus) != 1 {
+			return nil, fmt.Sprintf("it has no %s annotation and the node has %d GPUs; schedule it through the gpushare scheduler extender",
+				gpushare.AnnotationGPUIndex, len(gpus))
+		}
+		c.gpus = make([]int, len(c.reqs))
+		for i := range c.gpus {
+			c.gpus[i] = gpus[0].Index
+		}
+	}
+	if reason := checkContainers(in.Inventory, &c); reason != "" {
+		return nil, reason
+	}
+	if allServed(c) {
+		return nil, ""
+	}
+	c.order = info.asg.AssumeTime
+	if c.order == 0 {
+		c.order = pod.CreationTimestamp.UnixNano()
+	}
+	return &c, ""
+}
+
 // allServed reports whether every gpu-mem container of c was served.
 func allServed(c candidate) bool {
 	for _, r := range c.reqs {
@@ -282,18 +284,11 @@ func allServed(c candidate) bool {
 	return true
 }
 
-// placeContainers fills c.gpus from the assignment, refusing GPUs the node
-// lacks and containers larger than their GPU; it returns why on failure.
-func placeContainers(inv *inventory.Inventory, asg gpushare.PodAssignment, c *candidate) string {
-	if _, err := asg.ContainerGPUs(c.reqs); err != nil {
-		return err.Error()
-	}
-	c.gpus = make([]int, len(c.reqs))
+// checkContainers refuses GPUs the node lacks and containers larger than
+// their GPU; it returns why on failure.
+func checkContainers(inv *inventory.Inventory, c *candidate) string {
 	for i, r := range c.reqs {
-		g, err := asg.GPUFor(r)
-		if err != nil {
-			return err.Error()
-		}
+		g := c.gpus[i]
 		state, ok := inv.GPU(g)
 		if !ok {
 			return fmt.Sprintf("its annotations name GPU %d for container %q, and this node has no GPU %d", g, r.Name, g)
@@ -301,7 +296,6 @@ func placeContainers(inv *inventory.Inventory, asg gpushare.PodAssignment, c *ca
 		if r.Units > state.Units {
 			return fmt.Sprintf("container %q asks for %d units, more than GPU %d's %d", r.Name, r.Units, g, state.Units)
 		}
-		c.gpus[i] = g
 	}
 	return ""
 }

@@ -18,13 +18,22 @@ import (
 // compute it afresh on each conflict retry; the pod is never modified. done
 // reports whether the pod is now fully served.
 func Record(pod *corev1.Pod, container string, env gpushare.ContainerEnv) (annotations map[string]string, done bool, err error) {
+	return RecordAll(pod, gpushare.ContainerEnvs{container: env})
+}
+
+// RecordAll is Record for several containers of one pod at once; envs must
+// not be empty.
+func RecordAll(pod *corev1.Pod, envs gpushare.ContainerEnvs) (annotations map[string]string, done bool, err error) {
 	rec := gpushare.ContainerEnvs{}
 	if raw, ok := pod.Annotations[gpushare.AnnotationContainerEnv]; ok {
 		if rec, err = gpushare.DecodeContainerEnvs(raw); err != nil {
 			return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 	}
-	rec[container] = env
+	var any gpushare.ContainerEnv
+	for name, env := range envs {
+		rec[name], any = env, env
+	}
 	value, err := gpushare.EncodeContainerEnvs(rec)
 	if err != nil {
 		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -44,9 +53,10 @@ func Record(pod *corev1.Pod, container string, env gpushare.ContainerEnv) (annot
 		out[gpushare.AnnotationAssigned] = "true"
 	}
 	if _, placed, _ := gpushare.DecodePodAssignment(pod.Annotations); !placed {
-		out[gpushare.AnnotationGPUIndex] = strconv.Itoa(env.GPUIndex)
-		out[gpushare.AnnotationPodUnits] = strconv.FormatUint(env.PodUnits, 10)
-		out[gpushare.AnnotationDevUnits] = strconv.FormatUint(env.DevUnits, 10)
+		// Unplaced pods are served on the node's only GPU: every env names it.
+		out[gpushare.AnnotationGPUIndex] = strconv.Itoa(any.GPUIndex)
+		out[gpushare.AnnotationPodUnits] = strconv.FormatUint(any.PodUnits, 10)
+		out[gpushare.AnnotationDevUnits] = strconv.FormatUint(any.DevUnits, 10)
 	}
 	return out, done, nil
 }

@@ -37,6 +37,10 @@ type allocator struct {
 	// mu serialises calls: each decision must see every earlier one in served.
 	mu     sync.Mutex
 	served allocate.Served
+	// memo keeps each pod decoded until its resourceVersion changes.
+	memo *allocate.Memo
+	// refusals counts refused calls by reason, for logs and tests.
+	refusals map[string]int
 	// pending are answers whose holder the kubelet has not shown yet.
 	pending []pendingServe
 }
@@ -45,7 +49,7 @@ type allocator struct {
 // container got its devices.
 type pendingServe struct {
 	decision allocate.Decision
-	device   string // one device of the call: IDs are unique on the node
+	devices  []string // the call's devices: IDs are unique among running containers
 	at       time.Time
 }
 
@@ -86,7 +90,8 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		changed := a.src.Changed()
 		pods := a.src.Pods()
 		a.prune(pods)
-		in := allocate.Input{Node: a.node, Inventory: inv, Pods: pods, Served: a.served}
+		a.memo.Retain(pods)
+		in := allocate.Input{Node: a.node, Inventory: inv, Pods: pods, Served: a.served, Memo: a.memo}
 		if n, ok := a.src.Node(); ok {
 			in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
 		}
@@ -95,14 +100,15 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, allocate.ErrNoMatch) {
+		if !errors.Is(err, allocate.ErrNoMatch) && !errors.Is(err, allocate.ErrOvercommit) {
+			a.refuse("invalid")
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		// The kubelet may call before the pod's binding reaches our watch.
+		// The kubelet may call before the pod's binding reaches our watch,
+		// and a pod that left a GPU may still look present there.
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			a.log.Warn("Allocate matched no pod", zap.Uint64s("units", units), zap.Error(err))
-			return nil, status.Error(codes.FailedPrecondition, err.Error())
+			return nil, a.refuseAfterWait(units, err)
 		}
 		t := time.NewTimer(remaining)
 		select {
@@ -126,7 +132,7 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 				zap.Strings("conflicts", d.Conflicts))
 		}
 		if ids := req.GetContainerRequests()[i].GetDevicesIds(); a.holders != nil && len(ids) > 0 {
-			a.pending = append(a.pending, pendingServe{decision: d, device: ids[0], at: time.Now()})
+			a.pending = append(a.pending, pendingServe{decision: d, devices: ids, at: time.Now()})
 		} else {
 			a.recordLocked(ctx, d)
 		}
@@ -135,6 +141,27 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	}
 	a.log.Debug("Allocate answered", zap.Duration("took", time.Since(start)))
 	return resp, nil
+}
+
+// refuseAfterWait logs and counts a call refused after waiting, and returns
+// the gRPC error for the kubelet.
+func (a *allocator) refuseAfterWait(units []uint64, err error) error {
+	if errors.Is(err, allocate.ErrOvercommit) {
+		a.refuse("overcommit")
+		a.log.Error("Allocate refused: the GPU would hold more than it has", zap.Uint64s("units", units), zap.Error(err))
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	a.refuse("nomatch")
+	a.log.Warn("Allocate matched no pod", zap.Uint64s("units", units), zap.Error(err))
+	return status.Error(codes.FailedPrecondition, err.Error())
+}
+
+// refuse counts a refused call.
+func (a *allocator) refuse(reason string) {
+	if a.refusals == nil {
+		a.refusals = map[string]int{}
+	}
+	a.refusals[reason]++
 }
 
 // prune forgets served containers whose pod left the store or whose pod's
@@ -211,27 +238,81 @@ func (a *allocator) attributeLocked(ctx context.Context) {
 	keep := a.pending[:0]
 	for _, p := range a.pending {
 		d := p.decision
-		h, found := holders[p.device]
 		switch {
 		case err != nil && time.Since(p.at) > attributeTimeout:
 			a.log.Warn("the kubelet's pod-resources API does not answer; recording the matched pod", zap.Error(err))
 			a.recordLocked(ctx, d)
 		case err != nil:
 			keep = append(keep, p)
-		case found && h.Namespace == d.Pod.Namespace && h.Pod == d.Pod.Name && h.Container == d.Container.Name:
-			a.recordLocked(ctx, d)
-		case found:
-			a.unserve(d)
-			a.moveTo(ctx, d, h)
-		case time.Since(p.at) > attributeTimeout:
-			a.unserve(d)
-			a.log.Warn("no container holds the devices of an answered Allocate (the kubelet refused the pod after it?); the matched container waits again",
-				zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name))
+		case plainInit(d.Container):
+			if !a.settleInit(ctx, p, holders) {
+				keep = append(keep, p)
+			}
 		default:
-			keep = append(keep, p)
+			if !a.settle(ctx, p, holders) {
+				keep = append(keep, p)
+			}
 		}
 	}
 	a.pending = keep
+}
+
+// settle settles an answer for a regular container or a sidecar by the
+// holder of its devices; false means it waits for the next look.
+func (a *allocator) settle(ctx context.Context, p pendingServe, holders map[string]podresources.Holder) bool {
+	d := p.decision
+	h, found := holders[p.devices[0]]
+	switch {
+	case found && h.Namespace == d.Pod.Namespace && h.Pod == d.Pod.Name && h.Container == d.Container.Name:
+		a.recordLocked(ctx, d)
+	case found:
+		a.unserve(d)
+		a.moveTo(ctx, d, h, func(r gpushare.ContainerRequest) bool { return r.Name == h.Container })
+	case time.Since(p.at) > attributeTimeout:
+		a.unserve(d)
+		a.log.Warn("no container holds the devices of an answered Allocate (the kubelet refused the pod after it?); the matched container waits again",
+			zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name))
+	default:
+		return false
+	}
+	return true
+}
+
+// plainInit reports whether r is an init container that runs to completion
+// before the next one starts (not a sidecar).
+func plainInit(r gpushare.ContainerRequest) bool { return r.Init && !r.Sidecar }
+
+// settleInit settles an answer for a plain init container. The kubelet's
+// pod-resources List reports regular containers and sidecars only
+// (pkg/kubelet/apis/podresources/server_v1.go, Kubernetes v1.37), so such a
+// container never shows as a holder; but the device manager hands an init
+// container's devices on to the containers of the same pod that follow it
+// (devicesToReuse in pkg/kubelet/cm/devicemanager/manager.go), so they show
+// up under the pod that really got the answer. When nothing after it uses
+// the GPU, the answer is dropped after attributeTimeout and the reconciler
+// records the pod once its first container has started.
+func (a *allocator) settleInit(ctx context.Context, p pendingServe, holders map[string]podresources.Holder) bool {
+	d := p.decision
+	for _, id := range p.devices {
+		h, ok := holders[id]
+		switch {
+		case !ok:
+			continue
+		case h.Namespace == d.Pod.Namespace && h.Pod == d.Pod.Name:
+			a.recordLocked(ctx, d)
+		default:
+			a.unserve(d)
+			a.moveTo(ctx, d, h, plainInit)
+		}
+		return true
+	}
+	if time.Since(p.at) <= attributeTimeout {
+		return false
+	}
+	a.unserve(d)
+	a.log.Info("no later container of the pod holds an init container's devices; its record waits for the pod to start",
+		zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name))
+	return true
 }
 
 func (a *allocator) unserve(d allocate.Decision) {
@@ -243,38 +324,47 @@ func (a *allocator) unserve(d allocate.Decision) {
 	}
 }
 
-// moveTo records d's answer on the container h that really got it, when h
-// is a container of an in-flight pod still waiting for it.
-func (a *allocator) moveTo(ctx context.Context, d allocate.Decision, h podresources.Holder) {
+// moveTo records d's answer on the first container of h's pod that want
+// accepts, when that pod is in flight and the container, of d's size, still
+// waits for it.
+func (a *allocator) moveTo(ctx context.Context, d allocate.Decision, h podresources.Holder, want func(gpushare.ContainerRequest) bool) {
 	log := a.log.With(zap.String("matched", d.Pod.Namespace+"/"+d.Pod.Name+"/"+d.Container.Name),
 		zap.String("holder", h.Namespace+"/"+h.Pod+"/"+h.Container))
-	for _, p := range a.src.Pods() {
-		if p.Namespace != h.Namespace || p.Name != h.Pod || p.Spec.NodeName != a.node || p.DeletionTimestamp != nil {
-			continue
-		}
-		asg, placed, err := gpushare.DecodePodAssignment(p.Annotations)
-		if err != nil || !placed || asg.Assigned {
-			break
-		}
-		reqs, err := gpushare.ContainerRequests(p)
-		if err != nil {
-			break
-		}
-		for _, r := range reqs {
-			if r.Name != h.Container || r.Units != d.Container.Units {
-				continue
-			}
-			if _, done := a.served[p.UID][r.Name]; done {
-				break
-			}
-			log.Info("the kubelet gave the answer to another in-flight container of the same size; recording it there")
-			moved := allocate.Decision{Pod: p, Container: r, Env: d.Env}
-			a.served.Add(p.UID, r.Name, d.Env)
-			a.recordLocked(ctx, moved)
-			return
-		}
-		break
+	if p, r, ok := a.waitingContainer(h, d.Container.Units, want); ok {
+		log.Info("the kubelet gave the answer to another in-flight container of the same size; recording it there",
+			zap.String("recorded", r.Name))
+		a.served.Add(p.UID, r.Name, d.Env)
+		a.recordLocked(ctx, allocate.Decision{Pod: p, Container: r, Env: d.Env})
+		return
 	}
 	log.Warn("the kubelet allocated devices to a container that is not waiting for a GPU " +
 		"(a pod being deleted, admitted again after a kubelet restart?); the matched container waits again")
+}
+
+// waitingContainer finds h's pod on this node, in flight, and its first
+// container of units units that want accepts and the plugin has not served.
+// It reads the pod's annotations afresh: it runs only when the kubelet and
+// the plugin disagree, which is rare.
+func (a *allocator) waitingContainer(h podresources.Holder, units uint64, want func(gpushare.ContainerRequest) bool) (*corev1.Pod, gpushare.ContainerRequest, bool) {
+	p, ok := a.src.Pod(h.Namespace, h.Pod)
+	if !ok || p.Spec.NodeName != a.node || p.DeletionTimestamp != nil {
+		return nil, gpushare.ContainerRequest{}, false
+	}
+	asg, placed, err := gpushare.DecodePodAssignment(p.Annotations)
+	if err != nil || !placed || asg.Assigned {
+		return nil, gpushare.ContainerRequest{}, false
+	}
+	reqs, err := gpushare.ContainerRequests(p)
+	if err != nil {
+		return nil, gpushare.ContainerRequest{}, false
+	}
+	for _, r := range reqs {
+		if r.Units != units || !want(r) {
+			continue
+		}
+		if _, done := a.served[p.UID][r.Name]; !done {
+			return p, r, true
+		}
+	}
+	return nil, gpushare.ContainerRequest{}, false
 }

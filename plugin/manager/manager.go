@@ -166,7 +166,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// it runs after both: no Allocate is left to start a retry, and every
 	// retry sees ctx end.
 	defer rec.wait()
-	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}}
+	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}, memo: allocate.NewMemo()}
 	if m.cfg.PodResourcesSocket != "" {
 		pr, err := podresources.New(m.cfg.PodResourcesSocket)
 		if err != nil {
@@ -197,6 +197,8 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		})
 	}
+	rc := &reconciler{alloc: alloc, log: m.log.Named("reconcile")}
+	wg.Go(func() { rc.run(ctx) })
 	if m.cfg.HealthCheck {
 		wg.Add(1)
 		go func() {
@@ -220,6 +222,10 @@ func (m *Manager) serve(ctx context.Context, alloc server.Allocator) error {
 	watching := false
 	backoff := m.cfg.MinBackoff
 	defer m.stopServer()
+	// Publishes the node again after each registration and when the Node
+	// loses what we publish; it never blocks serving.
+	pub := m.startRepublisher(ctx, nodeViewOf(alloc))
+	defer pub.stop()
 	for {
 		if !watching {
 			// The directory may not exist before the kubelet's first start.
@@ -240,6 +246,7 @@ func (m *Manager) serve(ctx context.Context, alloc server.Allocator) error {
 			m.log.Info("registered with the kubelet", zap.Duration("took", time.Since(began)))
 			backoff = m.cfg.MinBackoff
 			done = m.currentServer().Done()
+			pub.trigger()
 			if m.cfg.OnRegistered != nil {
 				m.cfg.OnRegistered()
 			}

@@ -1,0 +1,287 @@
+package manager_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/manager"
+)
+
+// kubeletPodResources answers List as the kubelet's pod-resources server
+// does (pkg/kubelet/apis/podresources/server_v1.go, Kubernetes v1.37.2): per
+// pod, its restartable (sidecar) init containers, then its regular
+// containers. Plain init containers are left out, though the device manager
+// holds devices for them.
+type kubeletPodResources struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	mu   sync.Mutex
+	pods []*corev1.Pod
+	devs map[string][]string // "namespace/pod/container" → device IDs
+}
+
+func (k *kubeletPodResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, p := range k.pods {
+		pr := &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name}
+		var listed []corev1.Container
+		for _, c := range p.Spec.InitContainers {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				listed = append(listed, c)
+			}
+		}
+		for _, c := range append(listed, p.Spec.Containers...) {
+			cr := &podresourcesv1.ContainerResources{Name: c.Name}
+			if ids := k.devs[p.Namespace+"/"+p.Name+"/"+c.Name]; len(ids) > 0 {
+				cr.Devices = []*podresourcesv1.ContainerDevices{{ResourceName: string(gpushare.ResourceName), DeviceIds: ids}}
+			}
+			pr.Containers = append(pr.Containers, cr)
+		}
+		resp.PodResources = append(resp.PodResources, pr)
+	}
+	return resp, nil
+}
+
+// admit records what the kubelet's device manager holds for pod: devs by container name.
+func (k *kubeletPodResources) admit(pod *corev1.Pod, devs map[string][]string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.pods = append(k.pods, pod)
+	for c, ids := range devs {
+		k.devs[pod.Namespace+"/"+pod.Name+"/"+c] = ids
+	}
+}
+
+func startKubeletPodResources(t *testing.T) (*kubeletPodResources, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubelet.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubeletPodResources{devs: map[string][]string{}}
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, k)
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+	return k, path
+}
+
+// enforceResourceVersion makes the fake clientset keep resourceVersions on
+// pods and refuse an annotation patch that names another one, with a
+// Conflict, as the API server does (the fake neither sets nor checks them);
+// without it two records written from one stale copy silently overwrite
+// each other. It handles the merge patches the plugin sends: metadata
+// annotations under a resourceVersion precondition (created pods have an
+// empty one here, which is compared like any other).
+func enforceResourceVersion(t *testing.T, client *fake.Clientset) {
+	t.Helper()
+	client.PrependReactor("patch", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		pa := action.(k8stesting.PatchAction)
+		var patch struct {
+			Metadata struct {
+				ResourceVersion *string            `json:"resourceVersion"`
+				Annotations     map[string]*string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &patch); err != nil || patch.Metadata.ResourceVersion == nil {
+			return false, nil, nil
+		}
+		obj, err := client.Tracker().Get(pa.GetResource(), pa.GetNamespace(), pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		if pod.ResourceVersion != *patch.Metadata.ResourceVersion {
+			return true, nil, apierrors.NewConflict(pa.GetResource().GroupResource(), pa.GetName(),
+				fmt.Errorf("resourceVersion %q is not the stored %q", *patch.Metadata.ResourceVersion, pod.ResourceVersion))
+		}
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		for k, v := range patch.Metadata.Annotations {
+			if v == nil {
+				delete(pod.Annotations, k)
+			} else {
+				pod.Annotations[k] = *v
+			}
+		}
+		n, _ := strconv.Atoi(pod.ResourceVersion)
+		pod.ResourceVersion = strconv.Itoa(n + 1)
+		if err := client.Tracker().Update(pa.GetResource(), pod, pa.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		return true, pod, nil
+	})
+}
+
+// withInit adds a plain init container of units gpu-mem units before the
+// pod's containers and re-annotates it, as the extender would, on gpu.
+func withInit(p *corev1.Pod, units int64, mainUnits int64) *corev1.Pod {
+	p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{gpushare.ResourceName: *resource.NewQuantity(units, resource.DecimalSI)},
+	}}}
+	if mainUnits == 0 {
+		p.Spec.Containers[0].Resources.Limits = nil
+	}
+	reqs, err := gpushare.ContainerRequests(p)
+	if err != nil {
+		panic(err)
+	}
+	asg, _, err := gpushare.DecodePodAssignment(p.Annotations)
+	if err != nil {
+		panic(err)
+	}
+	asg.PodUnits = gpushare.PodUnits(reqs)
+	asg.Allocation = gpushare.AllocationForGPU(reqs, asg.GPUIndex)
+	ann, err := asg.Encode()
+	if err != nil {
+		panic(err)
+	}
+	p.Annotations = ann
+	return p
+}
+
+func podAnnotations(t *testing.T, client kubernetes.Interface, name string) map[string]string {
+	t.Helper()
+	p, err := client.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Annotations
+}
+
+// waitAssigned polls until pod name is ASSIGNED=true, failing after 15 s.
+func waitAssigned(t *testing.T, client kubernetes.Interface, name string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ann := podAnnotations(t, client, name)
+		if ann[gpushare.AnnotationAssigned] == "true" {
+			return ann
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s never ASSIGNED=true; annotations %v", name, ann)
+		}
+		time.Sleep(20 * time.Millisecond) // poll pacing
+	}
+}
+
+// A pod whose plain init container and regular container both ask for
+// gpu-mem: the kubelet lists only the regular one, holding devices it took
+// over from the init container. Both must be recorded, and the pod released.
+func TestInitContainerRecordedThroughItsPod(t *testing.T) {
+	ctx := t.Context()
+	kr, sock := startKubeletPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
+	enforceResourceVersion(t, e.client)
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	pod := withInit(gpuPod("warm", 4, 2, 79), 4, 4)
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet admits the pod: the init container first, then main,
+	// which reuses the init container's devices.
+	req := reqOn(0, 4)
+	ids := req.ContainerRequests[0].DevicesIds
+	for _, ctr := range []string{"init", "main"} {
+		resp, err := c.Allocate(ctx, req)
+		if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+			t.Fatalf("Allocate for %s = %v, %v", ctr, resp, err)
+		}
+		kr.admit(pod, map[string][]string{ctr: ids})
+	}
+	ann := waitAssigned(t, e.client, "warm")
+	rec, err := gpushare.DecodeContainerEnvs(ann[gpushare.AnnotationContainerEnv])
+	if err != nil || len(rec) != 2 || rec["init"].GPUIndex != 2 || rec["main"].GPUIndex != 2 {
+		t.Errorf("record = %v, %v; want init and main on GPU 2", rec, err)
+	}
+}
+
+// Only the init container uses the GPU: nothing the kubelet lists holds its
+// devices. Once the pod's status shows the init container started, the
+// reconciler records it; a pod that has not started is left waiting.
+func TestInitOnlyPodRecordedOnceStarted(t *testing.T) {
+	ctx := t.Context()
+	kr, sock := startKubeletPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	warm := withInit(gpuPod("warm", 4, 2, 79), 4, 0)
+	waiting := gpuPod("waiting", 8, 3, 79)
+	for _, p := range []*corev1.Pod{warm, waiting} {
+		if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := reqOn(0, 4)
+	if _, err := c.Allocate(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	kr.admit(warm, map[string][]string{"init": req.ContainerRequests[0].DevicesIds})
+	// The init container runs (and will finish before main starts).
+	started := warm.DeepCopy()
+	started.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	if _, err := e.client.CoreV1().Pods("default").UpdateStatus(ctx, started, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ann := waitAssigned(t, e.client, "warm")
+	if rec, err := gpushare.DecodeContainerEnvs(ann[gpushare.AnnotationContainerEnv]); err != nil || rec["init"].GPUIndex != 2 || rec["init"].ContainerUnits != 4 {
+		t.Errorf("record = %v, %v; want init on GPU 2 with 4 units", rec, err)
+	}
+	if got := podAnnotations(t, e.client, "waiting"); got[gpushare.AnnotationAssigned] == "true" || got[gpushare.AnnotationContainerEnv] != "" {
+		t.Errorf("a pod no container of which has started was recorded: %v", got)
+	}
+	// Its own call still finds it waiting.
+	if resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: reqOn(1, 8).ContainerRequests}); err != nil ||
+		resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "3" {
+		t.Errorf("Allocate for waiting = %v, %v", resp, err)
+	}
+}
+
+// A record lost for good (the plugin restarted between its answer and the
+// record, say) is repaired from the pod's status: a running pod without any
+// record becomes ASSIGNED=true with the environment its annotations name.
+func TestReconcilerRepairsLostRecord(t *testing.T) {
+	ctx := t.Context()
+	_, sock := startKubeletPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
+	e.kubelet.waitRegister(t)
+	p := gpuPod("lost", 8, 5, 79)
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ann := waitAssigned(t, e.client, "lost")
+	rec, err := gpushare.DecodeContainerEnvs(ann[gpushare.AnnotationContainerEnv])
+	// DevUnits is the GPU's own size, as Allocate answers it (an H100 of 80 GiB).
+	want := gpushare.ContainerEnv{GPUIndex: 5, PodUnits: 8, ContainerUnits: 8, DevUnits: 80}
+	if err != nil || rec["main"] != want {
+		t.Errorf("record = %v, %v; want main = %+v", rec, err, want)
+	}
+}

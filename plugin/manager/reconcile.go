@@ -1,0 +1,100 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/plugin/allocate"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// Reconciler pacing: a pass every reconcileEvery; after a failed write the
+// passes back off up to reconcileMaxBackoff, so an API outage costs a few
+// requests, and a record is repaired within reconcileEvery plus that backoff
+// (well under 30 s) of the API server answering again.
+const (
+	reconcileEvery      = time.Second
+	reconcileMaxBackoff = 16 * time.Second
+	// reconcileBatch bounds the writes of one pass.
+	reconcileBatch = 20
+)
+
+// reconciler repairs lost records: every pod whose containers the kubelet
+// has started is recorded as served (allocate.Repairs says why that is
+// safe), so no pod stays in flight, holding back its node, because an answer
+// was given but its record never reached the pod.
+type reconciler struct {
+	alloc *allocator
+	log   *zap.Logger
+	// skip counts the ticks to sit out after a failure; backoff is the next skip.
+	skip, backoff int
+}
+
+// run repairs every reconcileEvery until ctx ends.
+func (r *reconciler) run(ctx context.Context) {
+	tick := time.NewTicker(reconcileEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if r.skip > 0 {
+				r.skip--
+				continue
+			}
+			if err := r.pass(ctx); err != nil {
+				r.backoff = min(max(2*r.backoff, 1), int(reconcileMaxBackoff/reconcileEvery))
+				r.skip = r.backoff
+				r.log.Warn("repairing pod records failed; trying again later", zap.Int("afterSeconds", r.skip), zap.Error(err))
+			} else {
+				r.backoff = 0
+			}
+		}
+	}
+}
+
+// pass writes the missing records of one round; it returns the first write
+// error that a later pass may overcome.
+func (r *reconciler) pass(ctx context.Context) error {
+	repairs := r.alloc.repairs()
+	for i, rep := range repairs {
+		if i == reconcileBatch {
+			break
+		}
+		pod := rep.Pod
+		err := r.alloc.src.PatchPod(ctx, pod.Namespace, pod.Name, pod.UID, func(p *corev1.Pod) (map[string]string, error) {
+			ann, _, err := allocate.RecordAll(p, rep.Envs)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", errBadRecord, err)
+			}
+			return ann, nil
+		})
+		switch {
+		case err == nil:
+			r.log.Info("recorded a pod the kubelet started whose record was missing",
+				zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Int("containers", len(rep.Envs)))
+		case permanent(err):
+			r.log.Debug("pod record not repaired", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Error(err))
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// repairs computes what pass writes, under the allocator's lock so it reads
+// the same pods and decoded state as Allocate.
+func (a *allocator) repairs() []allocate.Repair {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	in := allocate.Input{Node: a.node, Inventory: a.inventory(), Pods: a.src.Pods(), Memo: a.memo}
+	if n, ok := a.src.Node(); ok {
+		in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
+	}
+	return allocate.Repairs(in)
+}
