@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/cmd/internal/logging"
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/app"
+	"github.com/gpushare/gpushare/extender/binder"
 	"github.com/gpushare/gpushare/extender/server"
 )
 
@@ -38,19 +39,20 @@ func main() {
 
 // options are the command's flags.
 type options struct {
-	listen     string
-	logLevel   zapcore.Level
-	policy     allocator.Policy
-	kubeconfig string
-	qps        float64
-	burst      int
-	assumeTTL  time.Duration
-	maxBody    int64
-	gpuMetrics server.GPUMetrics
-	election   election
-	tlsCert    string
-	tlsKey     string
-	debug      string
+	listen      string
+	logLevel    zapcore.Level
+	policy      allocator.Policy
+	kubeconfig  string
+	qps         float64
+	burst       int
+	assumeTTL   time.Duration
+	bindTimeout time.Duration
+	maxBody     int64
+	gpuMetrics  server.GPUMetrics
+	election    election
+	tlsCert     string
+	tlsKey      string
+	debug       string
 }
 
 // election holds the leader-election flags, named as Kubernetes components name theirs.
@@ -77,11 +79,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.listen, "listen", ":"+port, "address to serve on (host:port); default port from $PORT, else 12345")
 	fs.TextVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (default from $LOG_LEVEL)")
-	fs.Var(&o.policy, "policy", "GPU placement policy: bestfit (fill cards first), firstfit (lowest index that fits) or spread")
+	fs.Var(&o.policy, "policy", "GPU placement policy: bestfit (also best-fit or binpack: fill cards first), firstfit (also first-fit: lowest index that fits) or spread")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
-	fs.Float64Var(&o.qps, "kube-api-qps", 500, "API client queries per second; each bind costs two calls")
+	fs.Float64Var(&o.qps, "kube-api-qps", 500, "API client queries per second; each bind costs one call (a Binding)")
 	fs.IntVar(&o.burst, "kube-api-burst", 1000, "API client burst")
-	fs.DurationVar(&o.assumeTTL, "assume-ttl", 30*time.Second, "how long a bind may stay unconfirmed by the informer before its charge is dropped")
+	fs.DurationVar(&o.assumeTTL, "assume-ttl", 30*time.Second, "how long a bound pod's charge may wait for the informer before the extender asks the API server whether the pod still holds it; never releases memory by itself")
+	fs.DurationVar(&o.bindTimeout, "bind-timeout", binder.DefaultBindTimeout, "deadline of one Binding, which the scheduler giving up does not cut short; keep it plus 5s under the scheduler's extender httpTimeout")
 	fs.Int64Var(&o.maxBody, "max-body-bytes", 64<<20, "largest filter or prioritize request body accepted")
 	fs.Var(&o.gpuMetrics, "gpu-metrics", "how finely /metrics reports GPU memory beside the cluster totals: gpu (the default; 3 series per GPU), node (3 per node) or none")
 	namespace := getenv("POD_NAMESPACE")
@@ -105,6 +108,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	}
 	if o.qps <= 0 || o.burst <= 0 {
 		return o, errors.New("-kube-api-qps and -kube-api-burst must be positive")
+	}
+	if o.assumeTTL <= 0 || o.bindTimeout <= 0 {
+		return o, errors.New("-assume-ttl and -bind-timeout must be positive")
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return o, errors.New("-tls-cert-file and -tls-private-key-file go together: set both or neither")
@@ -169,7 +175,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	appCfg := app.Config{
-		Client: client, Logger: log, Policy: o.policy, AssumeTTL: o.assumeTTL,
+		Client: client, Logger: log, Policy: o.policy, AssumeTTL: o.assumeTTL, BindTimeout: o.bindTimeout,
 		MaxBodyBytes: o.maxBody, GPUMetrics: o.gpuMetrics, Version: version(), TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey,
 	}
 	if o.election.enabled {

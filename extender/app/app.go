@@ -32,6 +32,7 @@ type Config struct {
 	Logger       *zap.Logger
 	Policy       allocator.Policy
 	AssumeTTL    time.Duration // zero: the cache's default
+	BindTimeout  time.Duration // zero: the binder's default
 	MaxBodyBytes int64         // zero: the server's default
 	GPUMetrics   server.GPUMetrics
 	Version      string
@@ -88,14 +89,19 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		}
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.getCertificate}
 	}
-	c, err := cache.New(cache.Config{Client: cfg.Client, Logger: log.Named("cache"), AssumeTTL: cfg.AssumeTTL})
-	if err != nil {
-		return err
-	}
-	b := binder.New(binder.Config{Client: cfg.Client, Cache: c, Policy: cfg.Policy, Logger: log.Named("binder")})
 	lead := newLeadership(cfg.LeaderElection)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), lead.gauge())
+	consistency, err := server.NewConsistencyMetrics(reg)
+	if err != nil {
+		return err
+	}
+	c, err := cache.New(cache.Config{Client: cfg.Client, Logger: log.Named("cache"), AssumeTTL: cfg.AssumeTTL, OnVerify: consistency.Verification})
+	if err != nil {
+		return err
+	}
+	b := binder.New(binder.Config{Client: cfg.Client, Cache: c, Policy: cfg.Policy, Logger: log.Named("binder"),
+		BindTimeout: cfg.BindTimeout, OnAmbiguous: consistency.AmbiguousBind})
 	s, err := server.New(server.Config{
 		Cache: c, Binder: b, Policy: cfg.Policy, Logger: log.Named("server"),
 		Registry: reg, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes, GPUMetrics: cfg.GPUMetrics,

@@ -439,3 +439,41 @@ func TestLeadershipFence(t *testing.T) {
 		t.Error("a takeover finishing after retire resumed serving")
 	}
 }
+
+// A Binding whose answer is lost after it was committed: the bind succeeds
+// and the series of ambiguous binds says how it was resolved.
+func TestAmbiguousBindMetric(t *testing.T) {
+	client := fake.NewClientset(gpuNode("n1", 32, 2), gpuPod("p", "", 4))
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
+		obj, err := client.Tracker().Get(gvr, b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		pod.Spec.NodeName, pod.Annotations = b.Target.Name, b.Annotations
+		if err := client.Tracker().Update(gvr, pod, b.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewTimeoutError("the answer was lost", 0)
+	})
+	in := start(t, Config{Client: client})
+	in.eventually("ready", in.ready)
+	if got := in.metric(`gpushare_extender_binds_ambiguous_total{resolution="bound"}`); got != "0" {
+		t.Fatalf("ambiguous binds before any bind: %q", got)
+	}
+	code, body := in.do("POST", "/gpushare-scheduler/bind", extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "default", PodUID: "uid-p", Node: "n1"})
+	if code != http.StatusOK {
+		t.Fatalf("bind: %d %s", code, body)
+	}
+	if got := in.metric(`gpushare_extender_binds_ambiguous_total{resolution="bound"}`); got != "1" {
+		t.Fatalf("ambiguous binds resolved as bound: %q, want 1", got)
+	}
+	if got := in.metric(`gpushare_extender_charge_verifications_total{result="error"}`); got != "0" {
+		t.Fatalf("verification errors: %q, want 0", got)
+	}
+}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -33,7 +35,40 @@ type Config struct {
 	Logger *zap.Logger
 	// Now returns the time for ALIYUN_COM_GPU_MEM_ASSUME_TIME; nil means time.Now.
 	Now func() time.Time
+	// BindTimeout bounds the Binding POST, which runs detached from the
+	// scheduler's request (so a scheduler giving up cannot cut it in half)
+	// but never past a deadline of that request's context (the leader's
+	// term); zero means DefaultBindTimeout.
+	BindTimeout time.Duration
+	// VerifyTimeout bounds the GET that reads back the outcome of a Binding
+	// that got no definite answer; zero means DefaultVerifyTimeout.
+	VerifyTimeout time.Duration
+	// OnAmbiguous, when set, is told how every Binding without a definite
+	// answer was resolved: AmbiguousBound, AmbiguousReleased or
+	// AmbiguousUnknown; for metrics.
+	OnAmbiguous func(resolution string)
 }
+
+// Defaults of Config. kube-scheduler must wait longer than a bind can take:
+// its extender httpTimeout should exceed BindTimeout + VerifyTimeout plus the
+// pod GET a bind may start with (the shipped configurations set 30s).
+const (
+	DefaultBindTimeout   = 10 * time.Second
+	DefaultVerifyTimeout = 5 * time.Second
+)
+
+// Resolutions of a Binding without a definite answer, the values OnAmbiguous receives.
+const (
+	// AmbiguousBound: the GET shows the pod bound to the node with its
+	// assignment; the charge stays and the bind succeeds.
+	AmbiguousBound = "bound"
+	// AmbiguousReleased: the GET shows the pod unbound, gone, replaced or
+	// bound elsewhere; the charge is dropped and the bind fails.
+	AmbiguousReleased = "released"
+	// AmbiguousUnknown: the GET failed too; the charge stays (the cache
+	// verifies it later) and the bind fails.
+	AmbiguousUnknown = "unknown"
+)
 
 // Binder binds pods to nodes with their GPU assignment.
 type Binder struct {
@@ -45,6 +80,15 @@ type Binder struct {
 func New(cfg Config) *Binder {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.BindTimeout <= 0 {
+		cfg.BindTimeout = DefaultBindTimeout
+	}
+	if cfg.VerifyTimeout <= 0 {
+		cfg.VerifyTimeout = DefaultVerifyTimeout
+	}
+	if cfg.OnAmbiguous == nil {
+		cfg.OnAmbiguous = func(string) {}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -76,36 +120,157 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 		return fmt.Errorf("pod %s is already bound to node %s", key, pod.Spec.NodeName)
 	}
 	if r.Units == 0 {
-		// gpu-mem: 0 asks for no GPU memory: nothing to place, charge or
-		// record, but the scheduler still hands us its bind.
-		err := b.write(ctx, pod, args, nil)
-		if err != nil {
-			// A retry of a bind that succeeded, before the informer showed it.
-			live, gerr := b.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-			if gerr == nil && live.UID == pod.UID && live.Spec.NodeName == args.Node {
-				return nil
-			}
-		}
-		return err
+		return b.bindNoGPU(ctx, pod, args)
 	}
 	assumed, err := b.cfg.Cache.Assume(pod, args.Node, b.cfg.Policy)
 	var bound *cache.BoundError
 	if errors.As(err, &bound) && bound.Node == args.Node {
-		// A retry of a bind that did succeed, arriving before the informer
-		// showed it (so the pod above still looked unbound): the same bind.
-		return nil
+		// A retry of a bind that ended, arriving before the informer showed
+		// it (so the pod above still looked unbound).
+		return b.retried(ctx, pod, args, bound)
 	}
 	if err != nil {
 		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
 	}
-	if err := b.write(ctx, pod, args, &assumed); err != nil {
-		b.cfg.Cache.Forget(pod.UID)
+	binding, err := b.binding(pod, args, &assumed)
+	if err != nil {
+		b.cfg.Cache.Forget(pod.UID) // nothing was sent
 		return err
 	}
-	b.cfg.Cache.FinishBinding(pod.UID)
+	err = b.post(ctx, binding)
+	switch {
+	case err == nil:
+		b.cfg.Cache.FinishBinding(pod.UID)
+	case Rejected(err):
+		// The API server refused it: nothing changed, the charge goes.
+		b.cfg.Cache.Forget(pod.UID)
+		return err
+	default:
+		if err := b.resolve(ctx, pod, args, err); err != nil {
+			return err
+		}
+	}
 	b.log.Debug("bound", zap.String("pod", key), zap.String("node", args.Node),
 		zap.Int("gpu", assumed.Placement.Home), zap.Bool("split", assumed.Placement.Split))
 	return nil
+}
+
+// bindNoGPU binds a pod that asks for gpu-mem: 0: nothing to place, charge
+// or record, but the scheduler still hands us its bind.
+func (b *Binder) bindNoGPU(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs) error {
+	binding, err := b.binding(pod, args, nil)
+	if err != nil {
+		return err
+	}
+	err = b.post(ctx, binding)
+	if err == nil || Rejected(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	// Lost answer, or a retry of a bind that succeeded before the informer
+	// showed it (Conflict: already assigned): read the pod back.
+	live, gerr := b.readBack(ctx, pod)
+	if gerr == nil && live.UID == pod.UID && live.Spec.NodeName == args.Node {
+		return nil
+	}
+	return err
+}
+
+// resolve decides an assumed pod's charge after a Binding that got no
+// definite answer: it may have been committed before the answer was lost.
+// The API server is asked; only what it shows decides, and when it cannot be
+// asked the charge stays, since the pod may be running on the memory.
+func (b *Binder) resolve(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, bindErr error) error {
+	key := pod.Namespace + "/" + pod.Name
+	live, gerr := b.readBack(ctx, pod)
+	switch outcome(pod.UID, args.Node, live, gerr) {
+	case bindLanded:
+		b.cfg.OnAmbiguous(AmbiguousBound)
+		b.log.Warn("bind answer lost, but the pod is bound: charge kept", zap.String("pod", key), zap.String("node", args.Node), zap.Error(bindErr))
+		b.cfg.Cache.FinishBinding(pod.UID)
+		return nil
+	case bindMissing:
+		b.cfg.OnAmbiguous(AmbiguousReleased)
+		b.cfg.Cache.Forget(pod.UID)
+		return bindErr
+	}
+	b.cfg.OnAmbiguous(AmbiguousUnknown)
+	b.log.Warn("bind outcome unknown: charge kept until the API server shows the pod", zap.String("pod", key), zap.String("node", args.Node),
+		zap.NamedError("bindError", bindErr), zap.NamedError("getError", gerr))
+	b.cfg.Cache.BindOutcomeUnknown(pod.UID)
+	return fmt.Errorf("%w (and reading the pod back failed: %v; its charge is kept until the API server shows whether it is bound)", bindErr, gerr)
+}
+
+// retried answers a bind for a pod already charged on the same node. A bind
+// that succeeded, or a pod listed at takeover, is the same bind: success. A
+// charge from a bind whose outcome is unknown is checked with the API server
+// first, so the scheduler is never told a pod is bound when it is not.
+func (b *Binder) retried(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, bound *cache.BoundError) error {
+	if !bound.Unverified {
+		return nil
+	}
+	live, gerr := b.readBack(ctx, pod)
+	switch outcome(pod.UID, args.Node, live, gerr) {
+	case bindLanded:
+		b.cfg.Cache.FinishBinding(pod.UID)
+		return nil
+	case bindMissing:
+		// The earlier Binding did not land: drop its charge; the scheduler's
+		// next try binds afresh.
+		b.cfg.Cache.Forget(pod.UID)
+		return fmt.Errorf("an earlier bind of pod %s to node %s did not land; retry", bound.Pod, args.Node)
+	}
+	return fmt.Errorf("the outcome of an earlier bind of pod %s to node %s is still unknown (%v); its charge is kept", bound.Pod, args.Node, gerr)
+}
+
+// readBack reads the pod from the API server under a deadline of its own,
+// detached from the scheduler's request: the answer decides whether a charge
+// stays, so it must not be lost to the scheduler giving up.
+func (b *Binder) readBack(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.VerifyTimeout)
+	defer cancel()
+	return b.cfg.Client.CoreV1().Pods(pod.Namespace).Get(gctx, pod.Name, metav1.GetOptions{})
+}
+
+// Outcomes of a Binding read back from the API server.
+const (
+	bindUnknown = iota // the GET failed
+	bindLanded         // bound to the node, with an assignment
+	bindMissing        // unbound, gone, replaced, or bound elsewhere
+)
+
+// outcome reads what a GET of the pod says about our Binding of uid to node.
+func outcome(uid types.UID, node string, live *corev1.Pod, err error) int {
+	switch {
+	case apierrors.IsNotFound(err):
+		return bindMissing
+	case err != nil || live == nil:
+		return bindUnknown
+	case live.UID != uid || live.Spec.NodeName != node:
+		return bindMissing
+	}
+	// Bound to node: ours when it carries a readable assignment (the
+	// Binding sets node and annotations in one update). Bound there by
+	// someone else without one, it holds no GPU memory.
+	if _, ok, err := gpushare.DecodePodAssignment(live.Annotations); ok && err == nil {
+		return bindLanded
+	}
+	return bindMissing
+}
+
+// Rejected reports whether err is the API server's definite refusal of a
+// request, after which nothing was changed: a 4xx status (Conflict, NotFound,
+// Invalid, Forbidden, BadRequest, a UID precondition failure, which the API
+// server reports as a Conflict, ...) except 408 and 429, which say the request
+// was not processed in time or at all but might be if sent again. Everything
+// else (timeouts, lost connections, 5xx, unknown errors) is ambiguous: the
+// Binding may have been committed before the answer was lost.
+func Rejected(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
 }
 
 // pod returns the pod from the informer, or from the API server when the
@@ -124,32 +289,51 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 	return p, nil
 }
 
-// write creates the Binding carrying the annotations. The API server merges a
-// Binding's annotations into the pod in the same update that sets its node
+// binding builds the Binding carrying the annotations. The API server merges
+// a Binding's annotations into the pod in the same update that sets its node
 // (pods/binding), so one request does what the old extender did with a PATCH
 // and a POST, and no pod is ever seen annotated but unbound, or bound without
 // its GPU. The Binding's UID is a precondition: if the name now belongs to
 // another pod, the API server refuses it. A nil a binds without annotations.
-func (b *Binder) write(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, a *cache.Assumption) error {
+func (b *Binder) binding(pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, a *cache.Assumption) (*corev1.Binding, error) {
 	key := pod.Namespace + "/" + pod.Name
 	var annotations map[string]string
 	if a != nil {
 		var err error
 		if annotations, err = a.Placement.Assignment(a.Request, b.cfg.Now().UnixNano()).Encode(); err != nil {
-			return fmt.Errorf("encode assignment of pod %s: %w", key, err)
+			return nil, fmt.Errorf("encode assignment of pod %s: %w", key, err)
 		}
 		if err := overwriteStale(pod, *a, annotations); err != nil {
-			return fmt.Errorf("encode assignment of pod %s: %w", key, err)
+			return nil, fmt.Errorf("encode assignment of pod %s: %w", key, err)
 		}
 	}
-	binding := &corev1.Binding{
+	return &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
-	}
-	if err := b.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
+	}, nil
+}
+
+// post sends the Binding under a deadline of its own (detach).
+func (b *Binder) post(ctx context.Context, binding *corev1.Binding) error {
+	bctx, cancel := detach(ctx, b.cfg.BindTimeout)
+	defer cancel()
+	if err := b.cfg.Client.CoreV1().Pods(binding.Namespace).Bind(bctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("bind pod %s/%s to node %s: %w", binding.Namespace, binding.Name, binding.Target.Name, err)
 	}
 	return nil
+}
+
+// detach returns a context for a write that must not be cut in half by the
+// caller giving up: it ignores ctx's cancellation and ends after timeout, or
+// at ctx's own deadline when that is earlier. The app sets that deadline to
+// the end of the leader's term, and a bind must not outlive the term it
+// started in (another replica may then be placing pods without seeing it).
+func detach(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
 }
 
 // overwriteStale adds to annotations the keys a bind does not normally write

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,9 +38,22 @@ var (
 type Config struct {
 	Client kubernetes.Interface
 	Logger *zap.Logger
-	// AssumeTTL is how long an assumed pod stays charged after FinishBinding
-	// without the informer confirming it; zero means 30 seconds.
+	// AssumeTTL is how long a charge the informer has not confirmed (a pod
+	// whose bind ended, or one a catch-up listed) waits before the cache asks
+	// the API server whether the pod still holds it; zero means 30 seconds.
+	// Time alone never releases a charge: only the informer or a GET showing
+	// the pod deleted, replaced, finished, unbound or bound elsewhere does.
 	AssumeTTL time.Duration
+	// Verify reads one pod from the API server; nil means a GET through Client.
+	Verify func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// VerifyBatch caps the GETs of one verification round (one every quarter
+	// TTL); zero means 20.
+	VerifyBatch int
+	// VerifyTimeout bounds one verification GET; zero means 5 seconds.
+	VerifyTimeout time.Duration
+	// OnVerify, when set, is told the result of every verification GET
+	// (VerifyBound, VerifyReleased or VerifyError), for metrics.
+	OnVerify func(result string)
 	// Now returns the time; nil means time.Now. Tests pass a fake.
 	Now func() time.Time
 }
@@ -47,9 +61,13 @@ type Config struct {
 // Cache is the informer-fed, per-node GPU view. Build it with New, start it
 // with Run. All methods are safe for concurrent use.
 type Cache struct {
-	log *zap.Logger
-	ttl time.Duration
-	now func() time.Time
+	log           *zap.Logger
+	ttl           time.Duration
+	now           func() time.Time
+	verify        func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	verifyBatch   int
+	verifyTimeout time.Duration
+	onVerify      func(result string)
 
 	podInformer  toolscache.SharedIndexInformer
 	nodeInformer toolscache.SharedIndexInformer
@@ -83,29 +101,49 @@ type podState struct {
 	podUnits  uint64 // the ALIYUN_COM_GPU_MEM_POD value, the plugin's view of the pod
 	inFlight  bool
 	assumed   bool
+	// unverified marks an assumed pod whose Binding got no definite answer
+	// (timeout, lost connection, 5xx) and whose outcome the binder could not
+	// read back: it may be bound, so it stays charged until verified.
+	unverified bool
 	// listed marks a pod charged by CatchUp from a LIST the informer has not
-	// delivered yet: bound like a confirmed pod, expiring like an assumed one.
-	listed   bool
-	deadline time.Time // for assumed pods (zero while the bind is in progress) and listed ones
+	// delivered yet: bound like a confirmed pod, verified like an assumed one.
+	listed bool
+	// verifyAt is when to ask the API server about an assumed pod whose bind
+	// has ended, or a listed one, if the informer has not confirmed it by
+	// then; zero while the bind runs (the binder decides) and for confirmed pods.
+	verifyAt time.Time
+	checks   int // verifications that left the charge in place, for the backoff
 }
 
 // New builds a Cache and its informers; nothing runs until Run.
 func New(cfg Config) (*Cache, error) {
 	c := &Cache{
-		log:   cfg.Logger,
-		ttl:   cfg.AssumeTTL,
-		now:   cfg.Now,
-		nodes: map[string]*nodeState{},
-		pods:  map[types.UID]*podState{},
+		log:           cfg.Logger,
+		ttl:           cmp.Or(cfg.AssumeTTL, 30*time.Second),
+		now:           cfg.Now,
+		verify:        cfg.Verify,
+		verifyBatch:   cmp.Or(cfg.VerifyBatch, 20),
+		verifyTimeout: cmp.Or(cfg.VerifyTimeout, 5*time.Second),
+		onVerify:      cfg.OnVerify,
+		nodes:         map[string]*nodeState{},
+		pods:          map[types.UID]*podState{},
 	}
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
-	if c.ttl == 0 {
-		c.ttl = 30 * time.Second
-	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.ttl < 0 || c.verifyBatch < 0 || c.verifyTimeout < 0 {
+		return nil, fmt.Errorf("cache: negative AssumeTTL %v, VerifyBatch %d or VerifyTimeout %v", c.ttl, c.verifyBatch, c.verifyTimeout)
+	}
+	if c.verify == nil {
+		if cfg.Client == nil {
+			return nil, errors.New("cache: Client is required")
+		}
+		c.verify = func(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+			return cfg.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		}
 	}
 	// Finished pods never hold a GPU; leaving them out of the watch keeps
 	// memory flat in clusters with many completed jobs. A pod that finishes
@@ -116,7 +154,9 @@ func New(cfg Config) (*Cache, error) {
 				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
 				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 			).String()
-		}))
+		}),
+		// The store keeps only what the cache and the binder read (trim.go).
+		informers.WithTransform(trimPod))
 	nodeFactory := informers.NewSharedInformerFactory(cfg.Client, 0)
 	cmFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(gpushare.UnhealthyConfigMapNamespace))
 	c.factories = []informers.SharedInformerFactory{podFactory, nodeFactory, cmFactory}
@@ -148,7 +188,7 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-// Run starts the informers and the expiry loop, and blocks until ctx ends.
+// Run starts the informers and the verification loop, and blocks until ctx ends.
 func (c *Cache) Run(ctx context.Context) {
 	for _, f := range c.factories {
 		f.Start(ctx.Done())
@@ -163,7 +203,7 @@ func (c *Cache) Run(ctx context.Context) {
 			}
 			return
 		case <-tick.C:
-			c.Cleanup()
+			c.verifyDue(ctx)
 		}
 	}
 }
@@ -244,6 +284,10 @@ func (c *Cache) All() []*allocator.Node {
 // BoundError is ErrAlreadyBound naming the node the pod is charged on.
 type BoundError struct {
 	Pod, Node string
+	// Unverified: the charge comes from a bind whose outcome is unknown, so
+	// the pod may or may not be bound there; ask the API server before
+	// answering a retried bind.
+	Unverified bool
 }
 
 func (e *BoundError) Error() string {
@@ -260,7 +304,8 @@ type Assumption struct {
 
 // Assume re-checks that pod fits node under the cache lock and, if it does,
 // charges it there at once (state Assumed). The caller must follow with
-// FinishBinding after a successful bind or Forget after a failed one.
+// FinishBinding after a successful bind, Forget after a failed one, or
+// BindOutcomeUnknown when it cannot tell.
 func (c *Cache) Assume(pod *corev1.Pod, node string, policy allocator.Policy) (Assumption, error) {
 	r, err := allocator.NewRequest(pod)
 	if err != nil {
@@ -273,7 +318,7 @@ func (c *Cache) Assume(pod *corev1.Pod, node string, policy allocator.Policy) (A
 		return Assumption{}, fmt.Errorf("%w: %s", ErrUnknownNode, node)
 	}
 	if old, ok := c.pods[pod.UID]; ok {
-		if old.assumed && old.deadline.IsZero() {
+		if old.assumed && old.verifyAt.IsZero() {
 			// The scheduler retried while our first bind is still running.
 			// Replacing that assumption would let the loser of the two
 			// Bindings forget the winner's charge.
@@ -281,7 +326,7 @@ func (c *Cache) Assume(pod *corev1.Pod, node string, policy allocator.Policy) (A
 		}
 		// Confirmed, listed, or assumed with its bind done but not yet seen
 		// by the informer (whose stale copy still shows the pod unbound).
-		return Assumption{}, &BoundError{Pod: pod.Namespace + "/" + pod.Name, Node: old.node}
+		return Assumption{}, &BoundError{Pod: pod.Namespace + "/" + pod.Name, Node: old.node, Unverified: old.unverified}
 	}
 	p, unfit := allocator.Place(n.view, r, policy)
 	if unfit != nil {
@@ -296,43 +341,39 @@ func (c *Cache) Assume(pod *corev1.Pod, node string, policy allocator.Policy) (A
 	return Assumption{Request: r, Placement: p}, nil
 }
 
-// FinishBinding starts the expiry clock of an assumed pod: from now on, if the
-// informer does not confirm the bind within the TTL, the charge is dropped.
+// FinishBinding records that the Binding of an assumed pod succeeded: the
+// informer should show the pod bound soon. If it has not within the TTL, the
+// cache asks the API server (it never drops the charge for the delay alone).
 func (c *Cache) FinishBinding(uid types.UID) {
+	c.endBinding(uid, false)
+}
+
+// BindOutcomeUnknown records that the Binding of an assumed pod got no
+// definite answer and the binder could not read the outcome back: the pod
+// may be bound and using the memory, so it stays charged (and a retried bind
+// is told so) until the informer shows it or a GET settles it, TTL from now.
+func (c *Cache) BindOutcomeUnknown(uid types.UID) {
+	c.endBinding(uid, true)
+}
+
+func (c *Cache) endBinding(uid types.UID, unverified bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p, ok := c.pods[uid]; ok && p.assumed {
-		p.deadline = c.now().Add(c.ttl)
+		p.unverified = unverified
+		p.verifyAt = c.now().Add(c.ttl)
+		p.checks = 0
 	}
 }
 
-// Forget drops an assumed pod (its bind failed). Confirmed pods are left alone:
-// the informer, not the binder, knows they are bound.
+// Forget drops an assumed pod (its bind definitely failed, or the API server
+// shows it unbound). Confirmed and listed pods are left alone: the informer,
+// not the binder, knows they are bound.
 func (c *Cache) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p, ok := c.pods[uid]; ok && p.assumed {
 		c.removeLocked(p)
-	}
-}
-
-// Cleanup expires assumed pods whose TTL has passed; Run calls it periodically.
-func (c *Cache) Cleanup() {
-	now := c.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, p := range c.pods {
-		if !p.deadline.IsZero() && now.After(p.deadline) {
-			switch {
-			case p.assumed:
-				c.log.Warn("assumed pod expired without the bind showing up", zap.String("pod", p.namespace+"/"+p.name), zap.String("node", p.node))
-			case p.listed:
-				c.log.Warn("listed pod expired without the informer showing it", zap.String("pod", p.namespace+"/"+p.name), zap.String("node", p.node))
-			default:
-				continue
-			}
-			c.removeLocked(p)
-		}
 	}
 }
 

@@ -80,12 +80,29 @@ type fixture struct {
 	client *fake.Clientset
 	cache  *Cache
 	clock  *fakeClock
+	api    *fakeAPI
 }
+
+// testTTL is the fixture's assume TTL. Run verifies every quarter of it on
+// the real clock, so it is long enough never to tick during a test: the
+// tests call verifyDue themselves, on the fake clock.
+const testTTL = time.Hour
 
 func start(t *testing.T, objs ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{t: t, client: fake.NewClientset(objs...), clock: &fakeClock{t: time.Unix(1000, 0)}}
-	c, err := New(Config{Client: f.client, Logger: zaptest.NewLogger(t), AssumeTTL: time.Minute, Now: f.clock.Now})
+	return startWith(t, nil, objs...)
+}
+
+// startWith starts a cache whose verification GETs go to api, or to the fake
+// clientset when api is nil.
+func startWith(t *testing.T, api *fakeAPI, objs ...runtime.Object) *fixture {
+	t.Helper()
+	f := &fixture{t: t, client: fake.NewClientset(objs...), clock: &fakeClock{t: time.Unix(1000, 0)}, api: api}
+	cfg := Config{Client: f.client, Logger: zaptest.NewLogger(t), AssumeTTL: testTTL, Now: f.clock.Now}
+	if api != nil {
+		cfg.Verify, cfg.VerifyBatch = api.Get, api.batch
+	}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,19 +322,7 @@ func TestAssume(t *testing.T) {
 		t.Fatalf("unknown node err = %v", err)
 	}
 
-	// Expiry: never confirmed, the charge goes after the TTL, not before.
-	f.cache.FinishBinding(pod.UID)
-	f.clock.Step(59 * time.Second)
-	f.cache.Cleanup()
-	f.waitUsed("n1", 10, 0)
-	f.clock.Step(2 * time.Second)
-	f.cache.Cleanup()
-	f.waitUsed("n1", 0, 0)
-
-	// Confirmed by the informer: the TTL no longer applies.
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); err != nil {
-		t.Fatal(err)
-	}
+	// Confirmed by the informer: never verified, whatever the time.
 	f.cache.FinishBinding(pod.UID)
 	if _, err := f.client.CoreV1().Pods("default").Create(context.Background(), Pod("p", "n1", 0, false, 10), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -328,8 +333,10 @@ func TestAssume(t *testing.T) {
 		p, ok := f.cache.pods[pod.UID]
 		return ok && !p.assumed
 	})
-	f.clock.Step(time.Hour)
-	f.cache.Cleanup()
+	f.clock.Step(100 * testTTL)
+	if got := f.cache.due(); len(got) != 0 {
+		t.Fatalf("a confirmed pod is due for verification: %+v", got)
+	}
 	f.waitUsed("n1", 10, 0)
 	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.Is(err, ErrAlreadyBound) {
 		t.Fatalf("re-assume of a bound pod err = %v", err)

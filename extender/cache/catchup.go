@@ -13,9 +13,11 @@ import (
 // already charged (a pod's charge comes from annotations that do not change
 // after its bind, so the entry the cache has is as good). Each added pod is treated as bound (a bind for it fails with
 // ErrAlreadyBound, Forget leaves it) until the informer reports it, which
-// replaces the entry; if the informer never does within the assume TTL (the
-// pod was deleted before the informer saw it and its watch relisted), the
-// charge expires, so a catch-up cannot leak capacity.
+// replaces the entry. If the informer has not within the assume TTL (it lags,
+// or the pod was deleted before the informer saw it and its watch relisted),
+// the cache asks the API server and drops the charge only when the pod is
+// shown gone, finished or no longer bound there, so a catch-up can neither
+// leak capacity nor free memory a running pod holds.
 func (c *Cache) CatchUp(pods []corev1.Pod) int {
 	states := make([]*podState, 0, len(pods))
 	for i := range pods {
@@ -25,13 +27,13 @@ func (c *Cache) CatchUp(pods []corev1.Pod) int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	deadline := c.now().Add(c.ttl)
+	verifyAt := c.now().Add(c.ttl)
 	added := 0
 	for _, ps := range states {
 		if _, known := c.pods[ps.uid]; known {
 			continue
 		}
-		ps.listed, ps.deadline = true, deadline
+		ps.listed, ps.verifyAt = true, verifyAt
 		c.addLocked(ps)
 		added++
 	}

@@ -54,19 +54,20 @@ func TestCatchUp(t *testing.T) {
 	f.cache.upsertPod(late)
 	f.waitUsed("n1", 4, 8, 2, 0)
 
-	// The informer catches up with "late": confirmed, no longer expires.
+	// The informer catches up with "late": confirmed, never verified.
 	if _, err := f.client.CoreV1().Pods("default").Create(context.Background(), Pod("late", "n1", 1, false, 8), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually("late confirmed by the informer", func() bool { return !f.listed("late") })
 
-	// "gone" never shows up in the informer (deleted before it saw it): it
-	// expires after the TTL, not before.
-	f.clock.Step(59 * time.Second)
-	f.cache.Cleanup()
+	// "gone" never shows up in the informer (deleted before it saw it): after
+	// the TTL, not before, the cache asks the API server, which has no such
+	// pod any more, and releases it.
+	f.clock.Step(testTTL - time.Second)
+	f.cache.verifyDue(context.Background())
 	f.waitUsed("n1", 4, 8, 2, 0)
 	f.clock.Step(2 * time.Second)
-	f.cache.Cleanup()
+	f.cache.verifyDue(context.Background())
 	f.waitUsed("n1", 4, 8, 0, 0)
 
 	// A listed pod the informer reports deleted is released at once.

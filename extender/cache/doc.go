@@ -18,20 +18,37 @@
 // and not deleted. A terminating pod stays charged until it is gone: its
 // containers may still hold the GPU.
 //
-// Pod state machine (as kube-scheduler's cache):
+// Pod state machine (as kube-scheduler's cache, whose assumed pods no longer
+// expire either: kubernetes/kubernetes#106361):
 //
-//	             Assume                 informer: bound + annotated
-//	(unknown) ───────────▶ Assumed ─────────────────────────────────▶ Confirmed
-//	    ▲                   │  │                                         │
-//	    │      Forget       │  │ FinishBinding, then TTL passes           │ informer: deleted,
-//	    ├───────────────────┘  │ without the informer confirming          │ Succeeded or Failed
-//	    ├──────── Expired ◀────┘                                          │
-//	    └─────────────────────────────────────────────────────────────────┘
+//	           Assume                FinishBinding, or               informer: bound
+//	(unknown) ────────▶ Binding ──── BindOutcomeUnknown ───▶ Awaiting ───────────────▶ Confirmed
+//	    ▲                  │                                  │  ▲  │   + annotated       │
+//	    │ Forget: definite │     TTL passed, GET: still bound │  │  │                     │ informer: deleted,
+//	    │ rejection, or    │     there, or GET failed (next   └──┘  │                     │ Succeeded, Failed,
+//	    │ GET: not bound   │     GET later, interval doubles)       │                     │ or not ours
+//	    ├──────────────────┘                                        │                     │
+//	    ├─── TTL passed, GET: deleted, other UID, finished, ────────┘                     │
+//	    │    unbound or bound elsewhere (or the informer says so)                         │
+//	    └─────────────────────────────────────────────────────────────────────────────────┘
+//
+//	CatchUp ──▶ Listed: like Awaiting (verified after the TTL, confirmed by the informer)
 //
 // Assumed pods are charged like confirmed ones, so the next filter already
-// sees the capacity taken while the binder's API calls are in flight. An
-// assumption whose bind never shows up in the informer (the API server lost
-// it, or the pod was deleted under us) expires TTL after FinishBinding, so a
-// failed bind can never leak capacity. The cache lock is never held across
-// an API call: the binder assumes, releases, then talks to the API server.
+// sees the capacity taken while the binder's Binding is in flight; a bind
+// still running is never touched by time. Once the bind has ended (or a
+// catch-up listed a pod), the informer normally confirms the pod within a
+// moment. If it has not after the TTL (-assume-ttl), the cache does not drop
+// the charge: a lagging or stalled informer says nothing about the pod, which
+// may be running on the memory. It asks the API server instead, a few pods
+// per round, and drops the charge only when the pod is shown deleted,
+// replaced by another of its name, finished, unbound or bound to another
+// node; a pod still bound there, or a failed GET, keeps the charge and is
+// asked about again later, less often each time. So a failed bind can never
+// leak capacity for long, and memory in use is never given away twice. The
+// cache lock is never held across an API call: the binder assumes,
+// releases, then talks to the API server; verification reads outside it.
+//
+// The pod informer's store keeps trimmed pods (trim.go): only what the cache
+// and the binder read.
 package cache

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/binder"
+	"github.com/gpushare/gpushare/extender/cache"
 )
 
 // metrics are the extender's Prometheus series.
@@ -62,7 +64,7 @@ func newMetrics(reg prometheus.Registerer, nodes func() []*allocator.Node, level
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gpushare_extender_request_duration_seconds",
 			Help: "Time to answer one extender request, by verb.",
-			// Filter answers in microseconds, bind waits on two API calls.
+			// Filter answers in microseconds, bind waits on an API call.
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 14),
 		}, []string{"verb"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -103,6 +105,55 @@ func newMetrics(reg prometheus.Registerer, nodes func() []*allocator.Node, level
 		m.binds.WithLabelValues(o)
 	}
 	return m, nil
+}
+
+// ConsistencyMetrics count what the binder and the cache did about charges
+// whose truth they could not see at once: Bindings without a definite answer,
+// and GETs for charges the informer had not confirmed in time. Both should
+// stay near zero; a rising rate means a struggling API server or a lagging
+// informer. Build them with NewConsistencyMetrics and hand their methods to
+// binder.Config.OnAmbiguous and cache.Config.OnVerify.
+type ConsistencyMetrics struct {
+	ambiguous     *prometheus.CounterVec
+	verifications *prometheus.CounterVec
+}
+
+// NewConsistencyMetrics registers the series on reg, every label value at zero.
+func NewConsistencyMetrics(reg prometheus.Registerer) (*ConsistencyMetrics, error) {
+	m := &ConsistencyMetrics{
+		ambiguous: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpushare_extender_binds_ambiguous_total",
+			Help: "Bindings that got no definite answer (timeout, lost connection, 5xx), by what reading the pod back showed: " +
+				"bound (charge kept, bind succeeded), released (not bound: charge dropped), unknown (read failed: charge kept until verified).",
+		}, []string{"resolution"}),
+		verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpushare_extender_charge_verifications_total",
+			Help: "GETs of pods whose charge the informer had not confirmed within -assume-ttl, by result: " +
+				"bound (charge kept), released (pod gone, finished, unbound or elsewhere: charge dropped), error (charge kept).",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.ambiguous, m.verifications} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range []string{binder.AmbiguousBound, binder.AmbiguousReleased, binder.AmbiguousUnknown} {
+		m.ambiguous.WithLabelValues(r)
+	}
+	for _, r := range []string{cache.VerifyBound, cache.VerifyReleased, cache.VerifyError} {
+		m.verifications.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+// AmbiguousBind counts one Binding without a definite answer, by resolution.
+func (m *ConsistencyMetrics) AmbiguousBind(resolution string) {
+	m.ambiguous.WithLabelValues(resolution).Inc()
+}
+
+// Verification counts one verification GET, by result.
+func (m *ConsistencyMetrics) Verification(result string) {
+	m.verifications.WithLabelValues(result).Inc()
 }
 
 // gpuCollector reports GPU units from the cache at scrape time, so the

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/binder"
+	"github.com/gpushare/gpushare/extender/cache"
 )
 
 // metricsNodes: two gpushare nodes, one of them with an unhealthy GPU, and a
@@ -118,5 +120,36 @@ func TestGPUMetricsFlag(t *testing.T) {
 	}
 	if _, err := newMetrics(prometheus.NewRegistry(), metricsNodes, GPUMetrics(7)); err == nil {
 		t.Error("newMetrics took an unknown level")
+	}
+}
+
+func TestConsistencyMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewConsistencyMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.AmbiguousBind(binder.AmbiguousBound)
+	m.AmbiguousBind(binder.AmbiguousUnknown)
+	m.AmbiguousBind(binder.AmbiguousUnknown)
+	m.Verification(cache.VerifyReleased)
+	// Every label value is there from the start, at zero until counted.
+	want := `
+# HELP gpushare_extender_binds_ambiguous_total Bindings that got no definite answer (timeout, lost connection, 5xx), by what reading the pod back showed: bound (charge kept, bind succeeded), released (not bound: charge dropped), unknown (read failed: charge kept until verified).
+# TYPE gpushare_extender_binds_ambiguous_total counter
+gpushare_extender_binds_ambiguous_total{resolution="bound"} 1
+gpushare_extender_binds_ambiguous_total{resolution="released"} 0
+gpushare_extender_binds_ambiguous_total{resolution="unknown"} 2
+# HELP gpushare_extender_charge_verifications_total GETs of pods whose charge the informer had not confirmed within -assume-ttl, by result: bound (charge kept), released (pod gone, finished, unbound or elsewhere: charge dropped), error (charge kept).
+# TYPE gpushare_extender_charge_verifications_total counter
+gpushare_extender_charge_verifications_total{result="bound"} 0
+gpushare_extender_charge_verifications_total{result="error"} 0
+gpushare_extender_charge_verifications_total{result="released"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if _, err := NewConsistencyMetrics(reg); err == nil {
+		t.Error("registering the series twice succeeded")
 	}
 }

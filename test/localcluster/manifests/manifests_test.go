@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpushare/gpushare/extender/binder"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/podresources"
 )
@@ -150,6 +152,13 @@ func checkExtender(t *testing.T, what string, data []byte, port string) schedule
 	}
 	if !e.NodeCacheCapable || e.Ignorable || len(e.ManagedResources) != 1 || e.ManagedResources[0].Name != string(gpushare.ResourceName) {
 		t.Errorf("%s: nodeCacheCapable %v ignorable %v managedResources %+v", what, e.NodeCacheCapable, e.Ignorable, e.ManagedResources)
+	}
+	// A bind may take the Binding's deadline plus the read-back of an unanswered one; the
+	// scheduler must wait longer, or it gives up on binds that are still deciding.
+	if need := binder.DefaultBindTimeout + binder.DefaultVerifyTimeout; e.HTTPTimeout == nil {
+		t.Errorf("%s: no httpTimeout (the scheduler's default is 5s); want more than %v", what, need)
+	} else if d, err := time.ParseDuration(*e.HTTPTimeout); err != nil || d <= need {
+		t.Errorf("%s: httpTimeout %q (%v), want more than %v", what, *e.HTTPTimeout, err, need)
 	}
 	return cfg
 }
