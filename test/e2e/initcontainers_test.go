@@ -1,0 +1,138 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+// exitingImage names an image whose containers the bed's fake runtime finishes with exit code 0
+// soon after they start (test/bed/cmd/fake-cri): a plain init container that runs to completion.
+const exitingImage = "registry.k8s.io/exit-0:1"
+
+// plainInitPod is a pod bound to node with a plain (non-restartable) init container "warm" of
+// initUnits on gpu, which runs to completion, and a regular container "main" of mainUnits there
+// (0: main asks for no GPU), annotated as the extender binds it.
+func plainInitPod(name, node string, initUnits, mainUnits int64, gpu int, devUnits uint64, assume time.Time) *corev1.Pod {
+	limits := func(u int64) corev1.ResourceRequirements {
+		if u == 0 {
+			return corev1.ResourceRequirements{}
+		}
+		return corev1.ResourceRequirements{Limits: corev1.ResourceList{gpushare.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}}
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: node,
+			InitContainers: []corev1.Container{{Name: "warm", Image: exitingImage, Resources: limits(initUnits)}},
+			Containers:     []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: limits(mainUnits)}},
+		},
+	}
+	reqs, err := gpushare.ContainerRequests(p)
+	if err != nil {
+		panic(err)
+	}
+	a := gpushare.PodAssignment{GPUIndex: gpu, PodUnits: gpushare.PodUnits(reqs), DevUnits: devUnits,
+		AssumeTime: assume.UnixNano(), Allocation: gpushare.AllocationForGPU(reqs, gpu)}
+	if p.Annotations, err = a.Encode(); err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Pods whose plain init container asks for gpu-mem and runs to completion before the regular
+// containers start, on the real kubelet: the pod-resources API never lists such a container, and
+// the kubelet hands its devices on to the pod's next containers. Every pod must run, be recorded
+// ASSIGNED=true, and every container, init ones included, must have exactly the GPU its
+// annotations name in the kubelet's checkpoint. Then a second round of the same sizes on another
+// GPU: it is only placeable, by the extender's rule, once the first round left the in-flight set.
+func TestPluginPlainInitContainers(t *testing.T) {
+	ctx := t.Context()
+	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := simulator(t, "simulated:dgxh100")
+	gpus, _ := sim.Devices()
+	devUnits := gpus[0].MemoryMiB / 1024
+	startPlugin(t, c.Client(), kubelet, sim, 10*time.Second).waitRegistered(t)
+	waitCapacity(t, c, kubelet.Name(), int64(8*devUnits))
+
+	now := time.Now()
+	objs := []*corev1.Pod{
+		plainInitPod("reuse", kubelet.Name(), 4, 4, 1, devUnits, now),                            // main takes over the init container's devices
+		plainInitPod("grow", kubelet.Name(), 2, 6, 1, devUnits, now.Add(time.Millisecond)),       // main needs more than init had
+		plainInitPod("initonly", kubelet.Name(), 3, 0, 2, devUnits, now.Add(2*time.Millisecond)), // nothing after the init container uses the GPU
+	}
+	began := time.Now()
+	pods := createAll(t, c.Client(), objs)
+	waitRunning(t, c, pods)
+	t.Logf("%d pods with GPU init containers ran and were recorded after %v", len(pods), time.Since(began))
+	checkEnvs(t, c.Client(), kubelet, pods, devUnits)
+
+	// Released: pods of the same sizes on other GPUs now follow without waiting on the first.
+	var second []*corev1.Pod
+	for i, o := range objs {
+		p := plainInitPod(o.Name+"-2", kubelet.Name(), 0, 0, 3+i, devUnits, time.Now())
+		p.Spec = *o.Spec.DeepCopy()
+		reqs, _ := gpushare.ContainerRequests(p)
+		a := gpushare.PodAssignment{GPUIndex: 3 + i, PodUnits: gpushare.PodUnits(reqs), DevUnits: devUnits,
+			AssumeTime: time.Now().UnixNano(), Allocation: gpushare.AllocationForGPU(reqs, 3+i)}
+		if p.Annotations, err = a.Encode(); err != nil {
+			t.Fatal(err)
+		}
+		second = append(second, p)
+	}
+	pods2 := createAll(t, c.Client(), second)
+	waitRunning(t, c, pods2)
+	checkEnvs(t, c.Client(), kubelet, pods2, devUnits)
+}
+
+// The node's own check: pods bound by hand whose annotations put more on a GPU than it has are
+// refused at admission with a reason naming the GPU, its size and its holders, whatever the
+// scheduler did; the pods that fit run. A pod bound by hand to a one-GPU node without any
+// annotation counts too.
+func TestPluginRefusesOvercommit(t *testing.T) {
+	ctx := t.Context()
+	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := simulator(t, "simulated:dgxh100")
+	gpus, _ := sim.Devices()
+	devUnits := gpus[0].MemoryMiB / 1024
+	startPlugin(t, c.Client(), kubelet, sim, 2*time.Second).waitRegistered(t)
+	waitCapacity(t, c, kubelet.Name(), int64(8*devUnits))
+
+	big := int64(devUnits) - 10
+	first := createAll(t, c.Client(), []*corev1.Pod{podSpec{name: "first", sizes: []int64{big}, gpus: []int{4}}.object(kubelet.Name(), devUnits, time.Now())})
+	waitRunning(t, c, first)
+	// Bound by hand (or by a scheduler without our extender) onto the same GPU: 20 units more than it has.
+	createAll(t, c.Client(), []*corev1.Pod{podSpec{name: "byhand", sizes: []int64{30}, gpus: []int{4}}.object(kubelet.Name(), devUnits, time.Now())})
+	failed, err := c.WaitForPod(ctx, "default", "byhand", waitLong, "refused at admission", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"over-committed", "GPU 4", fmt.Sprintf("%d GiB units", devUnits),
+		fmt.Sprintf("default/first=%d", big), "default/byhand=30"} {
+		if !strings.Contains(failed.Status.Message, want) {
+			t.Errorf("refusal message lacks %q: %s", want, failed.Status.Message)
+		}
+	}
+	t.Logf("the kubelet's message: %s", failed.Status.Message)
+	// The refused pod is finished: it no longer counts, and a pod that fits runs on that GPU.
+	fits := createAll(t, c.Client(), []*corev1.Pod{podSpec{name: "fits", sizes: []int64{10}, gpus: []int{4}}.object(kubelet.Name(), devUnits, time.Now())})
+	waitRunning(t, c, fits)
+	checkEnvs(t, c.Client(), kubelet, map[string]*corev1.Pod{"first": first["first"], "fits": fits["fits"]}, devUnits)
+}
