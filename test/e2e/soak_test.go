@@ -49,6 +49,9 @@ const (
 	soakCreateEvery  = 250 * time.Millisecond // 4 pods/s, alternating kubelet and Node-object pods
 	soakCheckEvery   = time.Second
 	soakConverge     = 3 * time.Minute
+	// soakRecordWithin bounds how long, once every pod runs, a running pod may still lack its
+	// plugin record (ASSIGNED=true), whatever the faults did to the first writes.
+	soakRecordWithin = 30 * time.Second
 )
 
 // TestSoak is issue 8's soak: pods are created and deleted continuously while the extender, the
@@ -61,7 +64,8 @@ const (
 //     equals the plugin's record on the pod;
 //
 // and at the end, with churn stopped: every pod is bound and Running on a kubelet, bound on a
-// Node object, or pending with the scheduler's reason; the extender's /inspect equals the
+// Node object, or pending with the scheduler's reason; within 30 s every pod running on a kubelet
+// is recorded ASSIGNED=true, and no pending pod is held back by a pod that is not really in flight; the extender's /inspect equals the
 // annotations on every GPU (nothing lost or counted twice); no pod went missing. Kubelet
 // admission refusals of pods that reached a node while its kubelet or plugin was restarting are
 // the kubelet's behaviour: they are counted and must fall inside such a window.
@@ -74,6 +78,7 @@ func TestSoak(t *testing.T) {
 	s := startSoak(t, seed)
 	rep := s.run(*soakDuration)
 	s.converge()
+	rep.RecordsSettledSeconds = s.recordsSettle(soakRecordWithin).Seconds()
 	s.finalChecks()
 	rep = s.report(rep)
 	out, err := json.MarshalIndent(rep, "", "  ")
@@ -760,6 +765,70 @@ func (s *soakBed) unsettled(p *corev1.Pod) string {
 	return "phase " + string(p.Status.Phase) + " on " + p.Spec.NodeName
 }
 
+// recordsSettle waits up to within for every pod running on a kubelet to carry ASSIGNED=true (the
+// plugin's record, repaired by its reconciler when the first write was lost), and then checks that
+// no pending pod waits, by the extender's hold-back rule, for a pod that is running and recorded.
+// It returns how long the records took.
+func (s *soakBed) recordsSettle(within time.Duration) time.Duration {
+	t := s.t
+	began := time.Now()
+	var missing []string
+	err := cluster.Poll(t.Context(), within, "every running pod recorded ASSIGNED=true", func(ctx context.Context) (bool, error) {
+		l, err := s.client.CoreV1().Pods(soakNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		missing = nil
+		for _, p := range l.Items {
+			if n := s.nodes[p.Spec.NodeName]; n != nil && n.kubelet != nil && p.Status.Phase == corev1.PodRunning &&
+				p.Annotations[gpushare.AnnotationAssigned] != "true" {
+				missing = append(missing, p.Name+" on "+p.Spec.NodeName)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	took := time.Since(began)
+	if err != nil {
+		s.violation("%d running pods still without the plugin's record %v after every pod ran: %s", len(missing), within, strings.Join(missing[:min(len(missing), 10)], ", "))
+		return took
+	}
+	// The scheduler retries a held-back pod on the next pod event; give it the same bound.
+	var held []string
+	err = cluster.Poll(t.Context(), within, "no pod held back by a pod that runs and is recorded", func(ctx context.Context) (bool, error) {
+		l, err := s.client.CoreV1().Pods(soakNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		held = heldBackByRecorded(l.Items)
+		return len(held) == 0, nil
+	})
+	if err != nil {
+		s.violation("%d pods held back by pods that are not in flight: %s", len(held), strings.Join(held[:min(len(held), 10)], "; "))
+	}
+	return took
+}
+
+// heldBackByRecorded lists the pending pods whose scheduling failure names, as the pod it waits
+// for (the hold-back rule), a pod that runs and is recorded: no longer in flight.
+func heldBackByRecorded(items []corev1.Pod) []string {
+	recorded := map[string]bool{}
+	for _, p := range items {
+		if p.Status.Phase == corev1.PodRunning && p.Annotations[gpushare.AnnotationAssigned] == "true" {
+			recorded[p.Namespace+"/"+p.Name] = true
+		}
+	}
+	var out []string
+	for _, p := range items {
+		msg := unschedulable(&p)
+		for pod := range recorded {
+			if p.Spec.NodeName == "" && strings.Contains(msg, "waiting for pod "+pod+" ") {
+				out = append(out, p.Name+" waits for "+pod)
+			}
+		}
+	}
+	return out
+}
+
 // finalChecks runs the strict invariants on the settled cluster and compares the extender's view.
 func (s *soakBed) finalChecks() {
 	t := s.t
@@ -841,24 +910,26 @@ func (s *soakBed) inspectDiff(want perGPU) string {
 
 // soakReport is TestSoak's figures, as docs/reliability.md quotes them.
 type soakReport struct {
-	Seed               uint64                    `json:"seed"`
-	ChurnSeconds       float64                   `json:"churn_seconds"`
-	Nodes              int                       `json:"nodes"`
-	KubeletNodes       int                       `json:"kubelet_nodes"`
-	PodsCreated        int                       `json:"pods_created"`
-	PodsDeleted        int                       `json:"pods_deleted"`
-	PodsBound          int                       `json:"pods_bound"`
-	PodsRan            int                       `json:"pods_ran"`
-	CreateErrors       int                       `json:"create_errors"`
-	PendingAtEnd       int                       `json:"pending_at_end"`
-	AdmissionRefusals  int                       `json:"admission_refusals_in_restart_windows"`
-	Faults             map[string]int            `json:"faults"`
-	RecoveryMS         map[string]recoveryFigure `json:"recovery_ms"`
-	InvariantChecks    int                       `json:"invariant_checks"`
-	Violations         int                       `json:"violations"`
-	ViolationSamples   []string                  `json:"violation_samples,omitempty"`
-	FaultLog           []faultRecord             `json:"fault_log"`
-	PendingReasonsSeen []string                  `json:"pending_reasons,omitempty"`
+	Seed              uint64                    `json:"seed"`
+	ChurnSeconds      float64                   `json:"churn_seconds"`
+	Nodes             int                       `json:"nodes"`
+	KubeletNodes      int                       `json:"kubelet_nodes"`
+	PodsCreated       int                       `json:"pods_created"`
+	PodsDeleted       int                       `json:"pods_deleted"`
+	PodsBound         int                       `json:"pods_bound"`
+	PodsRan           int                       `json:"pods_ran"`
+	CreateErrors      int                       `json:"create_errors"`
+	PendingAtEnd      int                       `json:"pending_at_end"`
+	AdmissionRefusals int                       `json:"admission_refusals_in_restart_windows"`
+	Faults            map[string]int            `json:"faults"`
+	RecoveryMS        map[string]recoveryFigure `json:"recovery_ms"`
+	InvariantChecks   int                       `json:"invariant_checks"`
+	// RecordsSettledSeconds is how long, once every pod ran, the last running pod waited for its record.
+	RecordsSettledSeconds float64       `json:"records_settled_seconds"`
+	Violations            int           `json:"violations"`
+	ViolationSamples      []string      `json:"violation_samples,omitempty"`
+	FaultLog              []faultRecord `json:"fault_log"`
+	PendingReasonsSeen    []string      `json:"pending_reasons,omitempty"`
 }
 
 type recoveryFigure struct {
