@@ -11,8 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
@@ -135,4 +139,56 @@ func TestPluginRefusesOvercommit(t *testing.T) {
 	fits := createAll(t, c.Client(), []*corev1.Pod{podSpec{name: "fits", sizes: []int64{10}, gpus: []int{4}}.object(kubelet.Name(), devUnits, time.Now())})
 	waitRunning(t, c, fits)
 	checkEnvs(t, c.Client(), kubelet, map[string]*corev1.Pod{"first": first["first"], "fits": fits["fits"]}, devUnits)
+}
+
+// A record lost for good: every record PATCH of the plugin is reset (nothing committed) while the
+// pod starts, longer than the record's own retries, and the plugin's reconciler fails too. Once
+// the API server is reachable again the pod must be ASSIGNED=true within 30 s, with the
+// environment the kubelet gave it.
+func TestPluginRecordRepairedAfterOutage(t *testing.T) {
+	ctx := t.Context()
+	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := c.StartFaultProxy("plugin-outage", "gpushare-test-plugin", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	cfg, err := clientcmd.BuildConfigFromFlags("", proxy.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaProxy, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := simulator(t, "simulated:dgxh100")
+	gpus, _ := sim.Devices()
+	devUnits := gpus[0].MemoryMiB / 1024
+	startPluginWith(t, viaProxy, kubelet, sim, 10*time.Second, func(m *manager.Config) {
+		m.RecordRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 1, Steps: 2} // gives up after 2 more tries
+	}).waitRegistered(t)
+	waitCapacity(t, c, kubelet.Name(), int64(8*devUnits))
+
+	proxy.SetRules(cluster.Rule{Match: cluster.MatchRequest("PATCH", "/api/v1/namespaces/default/pods/*"), Fault: cluster.Fault{Kind: cluster.Reset}})
+	pods := createAll(t, c.Client(), []*corev1.Pod{podSpec{name: "lost", sizes: []int64{8}, gpus: []int{3}}.object(kubelet.Name(), devUnits, time.Now())})
+	if _, err := c.WaitForPod(ctx, "default", "lost", waitLong, "running", cluster.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	// The first write, both retries and at least two reconciler passes have failed.
+	pollUntil(t, waitLong, "five record PATCHes reset", func() bool { return proxy.Count(cluster.Reset) >= 5 })
+	if p, err := c.Client().CoreV1().Pods("default").Get(ctx, "lost", metav1.GetOptions{}); err != nil || p.Annotations[gpushare.AnnotationAssigned] == "true" {
+		t.Fatalf("the record landed through the outage (%v): the test proves nothing", err)
+	}
+	proxy.SetRules()
+	back := time.Now()
+	if _, err := c.WaitForPod(ctx, "default", "lost", 30*time.Second, "recorded within 30 s of the API server answering again",
+		func(p *corev1.Pod) bool { return p.Annotations[gpushare.AnnotationAssigned] == "true" }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %v after the API server answered again (%d PATCHes reset before)", time.Since(back), proxy.Count(cluster.Reset))
+	checkEnvs(t, c.Client(), kubelet, pods, devUnits)
 }

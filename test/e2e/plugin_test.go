@@ -35,14 +35,24 @@ type runningPlugin struct {
 // startPlugin runs the manager with lib against kubelet until stop or the test's end.
 func startPlugin(t *testing.T, client kubernetes.Interface, kubelet *cluster.Kubelet, lib nvml.Library, wait time.Duration) *runningPlugin {
 	t.Helper()
+	return startPluginWith(t, client, kubelet, lib, wait, nil)
+}
+
+// startPluginWith is startPlugin with the manager's configuration changed by mutate (nil: none).
+func startPluginWith(t *testing.T, client kubernetes.Interface, kubelet *cluster.Kubelet, lib nvml.Library, wait time.Duration, mutate func(*manager.Config)) *runningPlugin {
+	t.Helper()
 	p := &runningPlugin{errc: make(chan error, 1), registered: make(chan time.Time, 100), lib: lib}
-	m, err := manager.New(manager.Config{
+	cfg := manager.Config{
 		Node: kubelet.Name(), Client: client, Library: lib, DevicePluginDir: kubelet.DevicePluginDir(),
 		PodResourcesSocket: kubelet.PodResourcesSocket(),
 		HealthCheck:        true, AllocateWait: wait, Logger: zaptest.NewLogger(t).Named(kubelet.Name()),
 		Health:       nvml.HealthOptions{WaitTimeout: 100 * time.Millisecond},
 		OnRegistered: func() { p.registered <- time.Now() },
-	})
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	m, err := manager.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
