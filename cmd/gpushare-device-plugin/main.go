@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ type options struct {
 	kubeconfig   string
 	healthCheck  bool
 	quiet        time.Duration
+	fatalXids    []uint64
 	allocateWait time.Duration
 	logLevel     zapcore.Level
 	node         string
@@ -47,13 +49,19 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	o := options{unit: gpushare.GiB, logLevel: zapcore.InfoLevel}
 	fs := flag.NewFlagSet("gpushare-device-plugin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.backend, "gpu-backend", nvml.BackendNVML, "GPU backend: "+strings.Join(nvml.Backends(), ", ")+" (simulated ones are for tests and demos)")
+	fs.StringVar(&o.backend, "gpu-backend", nvml.BackendNVML, "GPU backend: "+strings.Join(nvml.Backends(), ", ")+
+		" (simulated ones are for tests and demos; append :mig=<index>[,<index>...] to put simulated GPUs in MIG mode)")
 	fs.TextVar(&o.unit, "memory-unit", gpushare.GiB, "size of one aliyun.com/gpu-mem unit: GiB, MiB or <n>MiB where n divides 1024 (e.g. 256MiB)")
 	fs.StringVar(&o.dir, "device-plugin-dir", gpushare.DevicePluginDir, "the kubelet's device-plugin directory")
 	fs.StringVar(&o.podResources, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's pod-resources API, to check which container each Allocate went to; empty turns the check off")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
 	fs.BoolVar(&o.healthCheck, "health-check", true, "watch NVML for critical Xid and ECC errors and mark the GPU unhealthy")
-	fs.DurationVar(&o.quiet, "health-quiet-period", manager.DefaultHealthQuietPeriod, "how long a GPU must go without a health event to be healthy again")
+	fs.DurationVar(&o.quiet, "health-quiet-period", manager.DefaultHealthQuietPeriod, "how long a GPU with a transient fault must go without a health event to be healthy again (fatal faults last until the plugin restarts)")
+	fs.Func("health-fatal-xids", "comma-separated Xids to treat as fatal in addition to the built-in ones (e.g. 62,140)", func(v string) error {
+		xids, err := parseXids(v)
+		o.fatalXids = append(o.fatalXids, xids...)
+		return err
+	})
 	fs.DurationVar(&o.allocateWait, "allocate-wait", manager.DefaultAllocateWait, "how long Allocate waits for its pod to reach the plugin's watch")
 	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +78,19 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		return o, errors.New("--health-quiet-period and --allocate-wait must be positive")
 	}
 	return o, nil
+}
+
+// parseXids reads a comma-separated list of Xids.
+func parseXids(v string) ([]uint64, error) {
+	var out []uint64
+	for _, item := range strings.Split(v, ",") {
+		x, err := strconv.ParseUint(strings.TrimSpace(item), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an Xid (a decimal number)", item)
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }
 
 // run is main without the exit, so it can be tested.
@@ -139,6 +160,7 @@ func serve(o options, logger *zap.Logger) error {
 	m, err := manager.New(manager.Config{
 		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir, PodResourcesSocket: o.podResources,
 		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
+		Health:  nvml.HealthOptions{FatalXids: o.fatalXids},
 		Restart: restart, Logger: logger,
 	})
 	if err != nil {

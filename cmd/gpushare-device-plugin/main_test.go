@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,10 @@ func TestParse(t *testing.T) {
 	if err != nil || o.unit != 256 || o.backend != "simulated:dgxh200" || o.healthCheck || o.quiet != 30*time.Second || o.dir != "/tmp/dp" {
 		t.Errorf("flags = %+v, %v", o, err)
 	}
+	o, err = parse([]string{"--health-fatal-xids=62, 140", "--health-fatal-xids=31"}, node, &bytes.Buffer{})
+	if err != nil || fmt.Sprint(o.fatalXids) != "[62 140 31]" {
+		t.Errorf("--health-fatal-xids = %v, %v; want [62 140 31]", o.fatalXids, err)
+	}
 	for _, tt := range []struct {
 		args []string
 		env  map[string]string
@@ -32,6 +37,8 @@ func TestParse(t *testing.T) {
 		{[]string{"--memory-unit=3MiB"}, map[string]string{"NODE_NAME": "n"}, "divides 1024"},
 		{[]string{"--health-quiet-period=0s"}, map[string]string{"NODE_NAME": "n"}, "must be positive"},
 		{[]string{"extra"}, map[string]string{"NODE_NAME": "n"}, "unexpected arguments"},
+		{[]string{"--health-fatal-xids=62,x"}, map[string]string{"NODE_NAME": "n"}, `"x" is not an Xid`},
+		{[]string{"--health-fatal-xids="}, map[string]string{"NODE_NAME": "n"}, `"" is not an Xid`},
 		{[]string{"--log-level=loud"}, map[string]string{"NODE_NAME": "n"}, "loud"},
 	} {
 		var stderr bytes.Buffer

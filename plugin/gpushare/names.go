@@ -29,6 +29,11 @@ const (
 // AnnotationNodeGPUs is our node annotation describing each GPU (contract section 7), see NodeGPUs.
 const AnnotationNodeGPUs = "gpushare.io/gpus"
 
+// AnnotationSkippedGPUs is our node annotation naming the GPUs the device
+// plugin does not advertise (MIG mode) and why, see SkippedGPU. Absent when
+// none is skipped.
+const AnnotationSkippedGPUs = "gpushare.io/skipped-gpus"
+
 // Container environment set by Allocate (contract section 3).
 const (
 	// EnvVisibleDevices tells the NVIDIA container runtime which GPU to expose; we write the index.

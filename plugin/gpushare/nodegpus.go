@@ -23,6 +23,10 @@ type GPUInfo struct {
 	Units   uint64 `json:"units"` // memory in units, floor(MiB / unit)
 	Healthy bool   `json:"healthy"`
 	Reason  string `json:"reason"` // why the GPU is unhealthy; empty when healthy
+	// Permanent is true for a GPU unhealthy from a fault it will not recover
+	// from by itself (it needs a reset or a repair, then a plugin restart);
+	// omitted when false, so older readers and older values are unaffected.
+	Permanent bool `json:"permanent,omitempty"`
 }
 
 // TotalUnits sums the units of all GPUs, healthy or not, as the node's

@@ -30,13 +30,34 @@ type GPU struct {
 	MemoryMiB uint64 // total memory in MiB
 }
 
+// Recovery says what brings an unhealthy GPU back. The values are ordered:
+// a GPU with faults of several kinds needs the strongest one's recovery.
+type Recovery int
+
+const (
+	// AfterQuiet is for transient faults: the GPU is healthy again once no
+	// event came for the quiet period.
+	AfterQuiet Recovery = iota
+	// WhenWatched is for a GPU whose health cannot be watched: it is healthy
+	// again once the watch covers it (Watched).
+	WhenWatched
+	// Never is for fatal faults: nothing in this process brings the GPU
+	// back; a restarted plugin reads the GPUs afresh.
+	Never
+)
+
+// permanentNote ends the published reason of a GPU that will not recover,
+// so whoever reads the node knows that waiting will not help.
+const permanentNote = " (permanent: the GPU needs a reset or a repair, then a restart of the device plugin)"
+
 // State is a GPU with its size in units and its health.
 type State struct {
 	GPU
-	Units   uint64 // floor(MemoryMiB / unit)
-	Healthy bool
-	Reason  string    // why it is unhealthy; empty when healthy
-	LastBad time.Time // time of the last health event, zero when never unhealthy
+	Units    uint64 // floor(MemoryMiB / unit)
+	Healthy  bool
+	Reason   string    // why it is unhealthy; empty when healthy
+	Recovery Recovery  // what brings it back; meaningful only when unhealthy
+	LastBad  time.Time // time of the last health event, zero when never unhealthy
 }
 
 // Inventory is the node's GPUs in one unit. The zero value is empty; build
@@ -46,16 +67,14 @@ type Inventory struct {
 	gpus []State // sorted by Index
 }
 
-// New builds an all-healthy inventory of gpus in unit. It refuses an invalid
-// unit, no GPUs, duplicate indices or UUIDs, indices outside
+// New builds an all-healthy inventory of gpus in unit; no GPUs is an empty
+// inventory (a node whose every GPU is skipped). It refuses an invalid
+// unit, duplicate indices or UUIDs, indices outside
 // [0, gpushare.MaxGPUsPerNode), and a GPU smaller than one unit or larger than
 // gpushare.MaxUnits units, each as an error wrapping ErrInvalidInventory.
 func New(gpus []GPU, unit gpushare.Unit) (*Inventory, error) {
 	if !unit.Valid() {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidInventory, &gpushare.UnitError{Value: unit.String()})
-	}
-	if len(gpus) == 0 {
-		return nil, fmt.Errorf("%w: no GPUs found", ErrInvalidInventory)
 	}
 	if len(gpus) > gpushare.MaxGPUsPerNode {
 		return nil, fmt.Errorf("%w: %d GPUs, more than %d", ErrInvalidInventory, len(gpus), gpushare.MaxGPUsPerNode)
@@ -199,35 +218,61 @@ func (inv *Inventory) Devices() []*pluginapi.Device {
 func (inv *Inventory) NodeGPUs(simulated bool) gpushare.NodeGPUs {
 	n := gpushare.NodeGPUs{Unit: inv.unit, Simulated: simulated, GPUs: make([]gpushare.GPUInfo, 0, len(inv.gpus))}
 	for _, g := range inv.gpus {
-		n.GPUs = append(n.GPUs, gpushare.GPUInfo{
-			Index: g.Index, UUID: g.UUID, Model: g.Model, Units: g.Units, Healthy: g.Healthy, Reason: g.Reason,
-		})
+		info := gpushare.GPUInfo{Index: g.Index, UUID: g.UUID, Model: g.Model, Units: g.Units, Healthy: g.Healthy, Reason: g.Reason}
+		if !g.Healthy && g.Recovery == Never {
+			info.Permanent, info.Reason = true, g.Reason+permanentNote
+		}
+		n.GPUs = append(n.GPUs, info)
 	}
 	return n
 }
 
 // SetUnhealthy returns inv with GPU index marked unhealthy for reason as of
-// at. changed is false when it already was unhealthy (its LastBad still
-// moves to at, restarting the quiet period).
-func (inv *Inventory) SetUnhealthy(index int, reason string, at time.Time) (out *Inventory, changed bool, err error) {
+// at, until rec. A GPU already unhealthy keeps the stronger of the two
+// recoveries, with its reason: a transient fault does not shorten a fatal
+// one. changed is false when the published state (health, reason, whether
+// permanent) stays the same; LastBad moves to at in every case, restarting
+// the quiet period.
+func (inv *Inventory) SetUnhealthy(index int, reason string, rec Recovery, at time.Time) (out *Inventory, changed bool, err error) {
 	i, ok := inv.find(index)
 	if !ok {
 		return inv, false, fmt.Errorf("%w: no GPU with index %d", ErrUnknownGPU, index)
 	}
 	out = inv.clone()
 	g := &out.gpus[i]
-	changed = g.Healthy || g.Reason != reason
-	g.Healthy, g.Reason, g.LastBad = false, reason, at
+	g.LastBad = at
+	if !g.Healthy && g.Recovery > rec {
+		return out, false, nil
+	}
+	changed = g.Healthy || g.Reason != reason || g.Recovery != rec
+	g.Healthy, g.Reason, g.Recovery = false, reason, rec
 	return out, changed, nil
 }
 
-// Recover returns inv with every unhealthy GPU whose last event is at least
-// quiet before now marked healthy again, and the indices that recovered.
-// NVML reports no recovery, so quiet time is the only evidence there is.
+// Watched returns inv with GPU index healthy again if it was unhealthy only
+// because it could not be watched; changed says whether it was.
+func (inv *Inventory) Watched(index int) (out *Inventory, changed bool, err error) {
+	i, ok := inv.find(index)
+	if !ok {
+		return inv, false, fmt.Errorf("%w: no GPU with index %d", ErrUnknownGPU, index)
+	}
+	if g := inv.gpus[i]; g.Healthy || g.Recovery != WhenWatched {
+		return inv, false, nil
+	}
+	out = inv.clone()
+	out.gpus[i].Healthy, out.gpus[i].Reason, out.gpus[i].Recovery = true, "", AfterQuiet
+	return out, true, nil
+}
+
+// Recover returns inv with every GPU unhealthy from transient faults whose
+// last event is at least quiet before now marked healthy again, and the
+// indices that recovered. NVML reports no recovery, so quiet time is the
+// only evidence there is; GPUs waiting for the watch or fatally unhealthy
+// are left alone.
 func (inv *Inventory) Recover(now time.Time, quiet time.Duration) (*Inventory, []int) {
 	var recovered []int
 	for _, g := range inv.gpus {
-		if !g.Healthy && !now.Before(g.LastBad.Add(quiet)) {
+		if !g.Healthy && g.Recovery == AfterQuiet && !now.Before(g.LastBad.Add(quiet)) {
 			recovered = append(recovered, g.Index)
 		}
 	}
@@ -242,11 +287,11 @@ func (inv *Inventory) Recover(now time.Time, quiet time.Duration) (*Inventory, [
 	return out, recovered
 }
 
-// NextRecovery returns when the earliest unhealthy GPU becomes due to
-// recover after quiet; ok is false when every GPU is healthy.
+// NextRecovery returns when the earliest GPU unhealthy from transient faults
+// becomes due to recover after quiet; ok is false when there is none.
 func (inv *Inventory) NextRecovery(quiet time.Duration) (at time.Time, ok bool) {
 	for _, g := range inv.gpus {
-		if g.Healthy {
+		if g.Healthy || g.Recovery != AfterQuiet {
 			continue
 		}
 		if due := g.LastBad.Add(quiet); !ok || due.Before(at) {

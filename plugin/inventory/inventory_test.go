@@ -41,7 +41,6 @@ func TestNew(t *testing.T) {
 		{"256MiB", gpus(16160, 40960), 256, []uint64{63, 160}},
 		{"mixed sizes keep their own size", gpus(81559, 81559, 40326, 40326), gpushare.GiB, []uint64{79, 79, 39, 39}},
 		{"unsorted input is sorted", []inventory.GPU{{Index: 1, UUID: "b", MemoryMiB: 2048}, {Index: 0, UUID: "a", MemoryMiB: 1024}}, gpushare.GiB, []uint64{1, 2}},
-		{"no GPUs", nil, gpushare.GiB, nil},
 		{"invalid unit", gpus(1024), 3, nil},
 		{"zero unit", gpus(1024), 0, nil},
 		{"GPU below one unit", gpus(1023), gpushare.GiB, nil},
@@ -143,7 +142,7 @@ func TestMessageSizeIsExact(t *testing.T) {
 			}
 		}
 		check("healthy", inv)
-		sick, _, err := inv.SetUnhealthy(tt.gpus[0].Index, "Xid 79", time.Unix(1, 0))
+		sick, _, err := inv.SetUnhealthy(tt.gpus[0].Index, "Xid 79", inventory.Never, time.Unix(1, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,6 +203,23 @@ func TestCheckMessageSize(t *testing.T) {
 	}
 }
 
+func TestNewWithoutGPUs(t *testing.T) {
+	// Every GPU of the node skipped (MIG): an empty inventory that advertises nothing.
+	inv, err := inventory.New(nil, gpushare.GiB)
+	if err != nil {
+		t.Fatalf("New(no GPUs) = %v", err)
+	}
+	if len(inv.GPUs()) != 0 || len(inv.Devices()) != 0 || inv.TotalUnits() != 0 {
+		t.Errorf("empty inventory has %d GPUs, %d devices", len(inv.GPUs()), len(inv.Devices()))
+	}
+	if enc, err := gpushare.EncodeNodeGPUs(inv.NodeGPUs(false)); err != nil || enc != `{"unit":"GiB","simulated":false,"gpus":[]}` {
+		t.Errorf("NodeGPUs of an empty inventory = %s, %v", enc, err)
+	}
+	if err := inv.CheckMessageSize(inventory.KubeletMaxMessageSize); err != nil {
+		t.Errorf("CheckMessageSize of an empty inventory = %v", err)
+	}
+}
+
 func TestHealth(t *testing.T) {
 	base, err := inventory.New(gpus(2048, 2048, 4096), gpushare.GiB)
 	if err != nil {
@@ -211,7 +227,7 @@ func TestHealth(t *testing.T) {
 	}
 	t0 := time.Unix(1000, 0)
 	quiet := time.Minute
-	sick, changed, err := base.SetUnhealthy(1, "Xid 79", t0)
+	sick, changed, err := base.SetUnhealthy(1, "Xid 62", inventory.AfterQuiet, t0)
 	if err != nil || !changed {
 		t.Fatalf("SetUnhealthy = %v, %v", changed, err)
 	}
@@ -231,14 +247,14 @@ func TestHealth(t *testing.T) {
 		t.Errorf("unhealthy devices %v; want GPU 1's", unhealthy)
 	}
 	desc := sick.NodeGPUs(true)
-	if !desc.Simulated || desc.GPUs[1].Healthy || desc.GPUs[1].Reason != "Xid 79" || !desc.GPUs[0].Healthy || desc.Unit != gpushare.GiB {
+	if !desc.Simulated || desc.GPUs[1].Healthy || desc.GPUs[1].Reason != "Xid 62" || desc.GPUs[1].Permanent || !desc.GPUs[0].Healthy || desc.Unit != gpushare.GiB {
 		t.Errorf("NodeGPUs = %+v", desc)
 	}
 	if _, err := gpushare.EncodeNodeGPUs(desc); err != nil {
 		t.Errorf("NodeGPUs does not encode: %v", err)
 	}
 	// A second event later restarts the quiet period.
-	again, changed, err := sick.SetUnhealthy(1, "Xid 79", t0.Add(30*time.Second))
+	again, changed, err := sick.SetUnhealthy(1, "Xid 62", inventory.AfterQuiet, t0.Add(30*time.Second))
 	if err != nil || changed {
 		t.Errorf("repeated SetUnhealthy: changed %v, %v; want unchanged", changed, err)
 	}
@@ -258,7 +274,10 @@ func TestHealth(t *testing.T) {
 	if _, ok := healed.NextRecovery(quiet); ok {
 		t.Error("NextRecovery with all healthy reports a time")
 	}
-	if _, _, err := base.SetUnhealthy(7, "x", t0); !errors.Is(err, inventory.ErrUnknownGPU) {
+	if _, _, err := base.SetUnhealthy(7, "x", inventory.Never, t0); !errors.Is(err, inventory.ErrUnknownGPU) {
+		t.Errorf("SetUnhealthy on a missing GPU = %v; want ErrUnknownGPU", err)
+	}
+	if _, _, err := base.Watched(7); !errors.Is(err, inventory.ErrUnknownGPU) {
 		t.Errorf("SetUnhealthy on a missing GPU = %v; want ErrUnknownGPU", err)
 	}
 	if idx, ok := base.IndexOfUUID("GPU-2"); !ok || idx != 2 {
@@ -266,5 +285,84 @@ func TestHealth(t *testing.T) {
 	}
 	if _, ok := base.IndexOfUUID("GPU-9"); ok {
 		t.Error("IndexOfUUID found a missing UUID")
+	}
+}
+
+// step is one health change applied to GPU 0 of a one-GPU inventory.
+type step struct {
+	at      time.Duration // after t0
+	fault   string        // SetUnhealthy with this reason; empty for Watched
+	rec     inventory.Recovery
+	changed bool // what the call must report
+}
+
+func TestHealthRecoveryPolicy(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const quiet = time.Minute
+	tests := []struct {
+		name  string
+		steps []step
+		// after the steps, checked at t0+check:
+		check      time.Duration
+		healthy    bool
+		reason     string // the published reason
+		permanent  bool
+		nextDue    time.Duration // NextRecovery - t0; 0 means none due
+		recovering bool          // Recover at check heals it
+	}{
+		{"transient heals after the quiet period", []step{{0, "Xid 62", inventory.AfterQuiet, true}},
+			quiet, false, "Xid 62", false, quiet, true},
+		{"fatal never heals", []step{{0, "Xid 79", inventory.Never, true}},
+			100 * quiet, false, "Xid 79 (permanent: the GPU needs a reset or a repair, then a restart of the device plugin)", true, 0, false},
+		{"a transient fault does not weaken a fatal one", []step{{0, "Xid 79", inventory.Never, true}, {time.Second, "Xid 62", inventory.AfterQuiet, false}},
+			100 * quiet, false, "Xid 79 (permanent: the GPU needs a reset or a repair, then a restart of the device plugin)", true, 0, false},
+		{"a fatal fault hardens a transient one", []step{{0, "Xid 62", inventory.AfterQuiet, true}, {time.Second, "Xid 48", inventory.Never, true}},
+			100 * quiet, false, "Xid 48 (permanent: the GPU needs a reset or a repair, then a restart of the device plugin)", true, 0, false},
+		{"unwatched does not heal with time", []step{{0, "health watch unavailable", inventory.WhenWatched, true}},
+			100 * quiet, false, "health watch unavailable", false, 0, false},
+		{"unwatched heals when watched", []step{{0, "health watch unavailable", inventory.WhenWatched, true}, {time.Second, "", 0, true}},
+			time.Second, true, "", false, 0, false},
+		{"watched does not heal a fatal fault", []step{{0, "Xid 95", inventory.Never, true}, {time.Second, "", 0, false}},
+			time.Second, false, "Xid 95 (permanent: the GPU needs a reset or a repair, then a restart of the device plugin)", true, 0, false},
+		{"watched does not heal a transient fault", []step{{0, "Xid 62", inventory.AfterQuiet, true}, {time.Second, "", 0, false}},
+			time.Second, false, "Xid 62", false, quiet, false},
+		{"watched on a healthy GPU changes nothing", []step{{0, "", 0, false}},
+			0, true, "", false, 0, false},
+		{"a fault while unwatched is kept once watched", []step{{0, "unwatched", inventory.WhenWatched, true}, {time.Second, "Xid 79", inventory.Never, true}, {2 * time.Second, "", 0, false}},
+			time.Hour, false, "Xid 79 (permanent: the GPU needs a reset or a repair, then a restart of the device plugin)", true, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inv, err := inventory.New(gpus(1024), gpushare.GiB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range tt.steps {
+				var changed bool
+				if s.fault == "" {
+					inv, changed, err = inv.Watched(0)
+				} else {
+					inv, changed, err = inv.SetUnhealthy(0, s.fault, s.rec, t0.Add(s.at))
+				}
+				if err != nil || changed != s.changed {
+					t.Errorf("step %d: changed %v, %v; want %v", i, changed, err, s.changed)
+				}
+			}
+			g := inv.NodeGPUs(false).GPUs[0]
+			if g.Healthy != tt.healthy || g.Reason != tt.reason || g.Permanent != tt.permanent {
+				t.Errorf("published %+v; want healthy %v, reason %q, permanent %v", g, tt.healthy, tt.reason, tt.permanent)
+			}
+			at, ok := inv.NextRecovery(quiet)
+			if (tt.nextDue != 0) != ok || (ok && !at.Equal(t0.Add(tt.nextDue))) {
+				t.Errorf("NextRecovery = %v, %v; want t0+%v", at, ok, tt.nextDue)
+			}
+			healed, rec := inv.Recover(t0.Add(tt.check), quiet)
+			if (len(rec) == 1) != tt.recovering {
+				t.Errorf("Recover at t0+%v = %v; want recovering %v", tt.check, rec, tt.recovering)
+			}
+			if g, _ := healed.GPU(0); tt.recovering && (!g.Healthy || g.Reason != "") {
+				t.Errorf("recovered GPU = %+v", g)
+			}
+		})
 	}
 }

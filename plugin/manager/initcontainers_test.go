@@ -195,7 +195,6 @@ func TestInitContainerRecordedThroughItsPod(t *testing.T) {
 	ctx := t.Context()
 	kr, sock := startKubeletPodResources(t)
 	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
-	enforceResourceVersion(t, e.client)
 	e.kubelet.waitRegister(t)
 	c := e.plugin(t)
 	pod := withInit(gpuPod("warm", 4, 2, 79), 4, 4)

@@ -114,6 +114,7 @@ func run(t *testing.T, backend string, mutate func(*manager.Config)) *env {
 		registered: make(chan struct{}, 100),
 		errc:       make(chan error, 1),
 	}
+	enforceResourceVersion(t, e.client) // before Run: reactors must not change under a running client
 	e.kubelet = startFakeKubelet(t, e.dir)
 	cfg := manager.Config{
 		Node: nodeName, Client: e.client, Library: e.lib, DevicePluginDir: e.dir,
@@ -353,7 +354,9 @@ func TestHealthEventsAndQuietPeriod(t *testing.T) {
 	}
 	// The watcher registers its event set after the server starts; the
 	// simulator queues injected events, so none is lost meanwhile.
-	if err := e.sim.InjectXid(3, 79); err != nil {
+	// Xid 62 is transient: it heals after the quiet period (fatal ones do
+	// not: healthpolicy_test.go).
+	if err := e.sim.InjectXid(3, 62); err != nil {
 		t.Fatal(err)
 	}
 	injected := time.Now()
@@ -369,13 +372,14 @@ func TestHealthEventsAndQuietPeriod(t *testing.T) {
 			t.Fatalf("unhealthy GPUs %s; want 3", unhealthyGPUs(l))
 		}
 	}
-	node, err := e.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The device list goes to the kubelet before the node is patched.
+	node := waitNode(t, e, "showed GPU 3 unhealthy", func(n *corev1.Node) bool {
+		d, ok := nodeGPUs(n)
+		return ok && !d.GPUs[3].Healthy
+	})
 	desc, err := gpushare.DecodeNodeGPUs(node.Annotations[gpushare.AnnotationNodeGPUs])
-	if err != nil || desc.GPUs[3].Healthy || !strings.Contains(desc.GPUs[3].Reason, "79") || !desc.GPUs[2].Healthy {
-		t.Errorf("node description after Xid 79 = %+v, %v", desc, err)
+	if err != nil || desc.GPUs[3].Healthy || !strings.Contains(desc.GPUs[3].Reason, "62") || desc.GPUs[3].Permanent || !desc.GPUs[2].Healthy {
+		t.Errorf("node description after Xid 62 = %+v, %v", desc, err)
 	}
 	healed, err := stream.Recv()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,8 +63,8 @@ func (w *watch) wait(t *testing.T) error {
 	}
 }
 
-// next returns the next health event, failing if the watch ends or stalls.
-func (w *watch) next(t *testing.T) HealthEvent {
+// nextAny returns the next health event, failing if the watch ends or stalls.
+func (w *watch) nextAny(t *testing.T) HealthEvent {
 	t.Helper()
 	select {
 	case ev := <-w.events:
@@ -74,6 +75,32 @@ func (w *watch) next(t *testing.T) HealthEvent {
 		t.Fatalf("no health event within %v", failAfter)
 	}
 	return HealthEvent{}
+}
+
+// next returns the next fault, skipping the CauseWatched events every
+// registered GPU sends first.
+func (w *watch) next(t *testing.T) HealthEvent {
+	t.Helper()
+	for {
+		if ev := w.nextAny(t); ev.Cause != CauseWatched {
+			return ev
+		}
+	}
+}
+
+// noMoreFaults fails on any fault left in the buffer of a stopped watch.
+func (w *watch) noMoreFaults(t *testing.T) {
+	t.Helper()
+	for {
+		select {
+		case ev := <-w.events:
+			if ev.Cause != CauseWatched {
+				t.Errorf("unexpected extra event %+v", ev)
+			}
+		default:
+			return
+		}
+	}
 }
 
 // newSim builds a simulated machine that is shut down when the test ends.
@@ -102,7 +129,7 @@ func TestHealthCriticalXid(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := w.next(t)
-	want := HealthEvent{Index: 3, UUID: gpus[3].UUID, Xid: 79, Reason: "critical Xid 79"}
+	want := HealthEvent{Index: 3, UUID: gpus[3].UUID, Xid: 79, Cause: CauseFatal, Reason: "critical Xid 79"}
 	if got != want {
 		t.Errorf("event = %+v, want %+v", got, want)
 	}
@@ -137,7 +164,7 @@ func TestHealthEccEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := w.next(t)
-	if got.Index != 5 || got.UUID != gpus[5].UUID || got.Xid != 0 || !strings.Contains(got.Reason, "ECC") {
+	if got.Index != 5 || got.UUID != gpus[5].UUID || got.Xid != 0 || got.Cause != CauseFatal || !strings.Contains(got.Reason, "ECC") {
 		t.Errorf("event = %+v, want a double-bit ECC event on GPU 5", got)
 	}
 	// Single-bit errors are corrected by the hardware and not watched.
@@ -233,21 +260,67 @@ func TestHealthRegistrationFailureMarksUnhealthy(t *testing.T) {
 	w := startWatch(t, m.open(t), HealthOptions{}, 0)
 	for _, want := range []struct {
 		index int
+		cause Cause
 		call  string
-	}{{0, "get supported event types"}, {1, "register events"}} {
-		got := w.next(t)
-		if got.Index != want.index || got.UUID != testUUID(want.index) ||
-			!strings.Contains(got.Reason, "health watch unavailable") || !strings.Contains(got.Reason, want.call) {
-			t.Errorf("event = %+v, want GPU %d unhealthy because %s failed", got, want.index, want.call)
+	}{{0, CauseUnwatched, "get supported event types"}, {1, CauseUnwatched, "register events"}, {2, CauseWatched, ""}} {
+		got := w.nextAny(t)
+		if got.Index != want.index || got.UUID != testUUID(want.index) || got.Cause != want.cause ||
+			(want.call != "" && (!strings.Contains(got.Reason, "health watch unavailable") || !strings.Contains(got.Reason, want.call))) {
+			t.Errorf("event = %+v, want GPU %d %v (%s)", got, want.index, want.cause, want.call)
 		}
 	}
 	if err := w.stop(t); err != nil {
 		t.Errorf("WatchHealth = %v", err)
 	}
-	select {
-	case ev := <-w.events:
-		t.Errorf("unexpected event %+v: a GPU without event support is not unhealthy", ev)
-	default:
+	w.noMoreFaults(t)
+}
+
+// A GPU whose registration failed is tried again and reported watched once
+// NVML accepts it; the others are reported watched at once.
+func TestHealthReprobesUnwatchedGPU(t *testing.T) {
+	m := newTestMachine(2)
+	var attempts atomic.Int32
+	register := m.devs[1].RegisterEventsFunc
+	m.devs[1].RegisterEventsFunc = func(mask uint64, set nvml.EventSet) nvml.Return {
+		if attempts.Add(1) <= 3 {
+			return nvml.ERROR_UNKNOWN
+		}
+		return register(mask, set)
+	}
+	w := startWatch(t, m.open(t), HealthOptions{ReprobeInterval: time.Millisecond}, 0)
+	if got := w.nextAny(t); got.Index != 0 || got.Cause != CauseWatched {
+		t.Fatalf("first event = %+v, want GPU 0 watched", got)
+	}
+	if got := w.nextAny(t); got.Index != 1 || got.Cause != CauseUnwatched {
+		t.Fatalf("second event = %+v, want GPU 1 unwatched", got)
+	}
+	if got := w.nextAny(t); got.Index != 1 || got.Cause != CauseWatched {
+		t.Fatalf("third event = %+v, want GPU 1 watched after the reprobe", got)
+	}
+	if n := attempts.Load(); n != 4 {
+		t.Errorf("%d registration attempts; want 4 (three failures, then success)", n)
+	}
+	// Now registered, GPU 1's events arrive.
+	m.queue <- xidEvent(m.devs[1], 94)
+	if got := w.next(t); got.Index != 1 || got.Xid != 94 || got.Cause != CauseFatal {
+		t.Errorf("event = %+v, want fatal Xid 94 on GPU 1", got)
+	}
+}
+
+// Sites can add fatal Xids; an ignored Xid stays ignored even when listed fatal.
+func TestHealthFatalXidsOption(t *testing.T) {
+	m := newTestMachine(1)
+	w := startWatch(t, m.open(t), HealthOptions{FatalXids: []uint64{62, 13}}, 0)
+	m.queue <- xidEvent(m.devs[0], 13)
+	m.queue <- xidEvent(m.devs[0], 69)
+	m.queue <- xidEvent(m.devs[0], 62)
+	for _, want := range []struct {
+		xid   uint64
+		cause Cause
+	}{{69, CauseTransient}, {62, CauseFatal}} {
+		if got := w.next(t); got.Xid != want.xid || got.Cause != want.cause {
+			t.Errorf("event = %+v, want Xid %d %v", got, want.xid, want.cause)
+		}
 	}
 }
 
@@ -297,8 +370,8 @@ func TestHealthWaitResults(t *testing.T) {
 				return []func() (nvml.EventData, nvml.Return){failure(nvml.ERROR_GPU_IS_LOST), failure(nvml.ERROR_GPU_IS_LOST)}
 			},
 			want: []HealthEvent{
-				{Index: 0, UUID: testUUID(0), Reason: "GPU is lost (NVML ERROR_GPU_IS_LOST)"},
-				{Index: 1, UUID: testUUID(1), Reason: "GPU is lost (NVML ERROR_GPU_IS_LOST)"},
+				{Index: 0, UUID: testUUID(0), Cause: CauseFatal, Reason: "GPU is lost (NVML ERROR_GPU_IS_LOST)"},
+				{Index: 1, UUID: testUUID(1), Cause: CauseFatal, Reason: "GPU is lost (NVML ERROR_GPU_IS_LOST)"},
 			},
 		},
 		{
@@ -306,7 +379,7 @@ func TestHealthWaitResults(t *testing.T) {
 			steps: func(m *testMachine) []func() (nvml.EventData, nvml.Return) {
 				return []func() (nvml.EventData, nvml.Return){failure(nvml.ERROR_UNKNOWN), event(xidEvent(m.devs[1], 79))}
 			},
-			want: []HealthEvent{{Index: 1, UUID: testUUID(1), Xid: 79, Reason: "critical Xid 79"}},
+			want: []HealthEvent{{Index: 1, UUID: testUUID(1), Xid: 79, Cause: CauseFatal, Reason: "critical Xid 79"}},
 		},
 		{
 			name: "an event whose GPU cannot be named marks every GPU",
@@ -314,10 +387,10 @@ func TestHealthWaitResults(t *testing.T) {
 				return []func() (nvml.EventData, nvml.Return){event(xidEvent(brokenDev, 62)), event(xidEvent(nil, 63))}
 			},
 			want: []HealthEvent{
-				{Index: 0, UUID: testUUID(0), Xid: 62, Reason: "critical Xid 62"},
-				{Index: 1, UUID: testUUID(1), Xid: 62, Reason: "critical Xid 62"},
-				{Index: 0, UUID: testUUID(0), Xid: 63, Reason: "critical Xid 63"},
-				{Index: 1, UUID: testUUID(1), Xid: 63, Reason: "critical Xid 63"},
+				{Index: 0, UUID: testUUID(0), Xid: 62, Cause: CauseTransient, Reason: "critical Xid 62"},
+				{Index: 1, UUID: testUUID(1), Xid: 62, Cause: CauseTransient, Reason: "critical Xid 62"},
+				{Index: 0, UUID: testUUID(0), Xid: 63, Cause: CauseFatal, Reason: "critical Xid 63"},
+				{Index: 1, UUID: testUUID(1), Xid: 63, Cause: CauseFatal, Reason: "critical Xid 63"},
 			},
 		},
 		{
@@ -331,7 +404,7 @@ func TestHealthWaitResults(t *testing.T) {
 					event(xidEvent(m.devs[0], 64)),
 				}
 			},
-			want: []HealthEvent{{Index: 0, UUID: testUUID(0), Xid: 64, Reason: "critical Xid 64"}},
+			want: []HealthEvent{{Index: 0, UUID: testUUID(0), Xid: 64, Cause: CauseFatal, Reason: "critical Xid 64"}},
 		},
 	}
 	for _, tt := range tests {
@@ -343,7 +416,7 @@ func TestHealthWaitResults(t *testing.T) {
 			for _, d := range m.devs {
 				d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 			}
-			w := startWatch(t, m.open(t), HealthOptions{IgnoredXids: []uint64{1000}}, 2*len(tt.want))
+			w := startWatch(t, m.open(t), HealthOptions{IgnoredXids: []uint64{1000}}, 2*len(tt.want)+len(m.devs))
 			for i, want := range tt.want {
 				if got := w.next(t); got != want {
 					t.Errorf("event %d = %+v, want %+v", i, got, want)
@@ -364,11 +437,7 @@ func TestHealthWaitResults(t *testing.T) {
 			if err := w.stop(t); err != nil {
 				t.Errorf("WatchHealth = %v", err)
 			}
-			select {
-			case ev := <-w.events:
-				t.Errorf("unexpected extra event %+v", ev)
-			default:
-			}
+			w.noMoreFaults(t)
 		})
 	}
 }
@@ -394,5 +463,55 @@ func TestRealBackendCannotInject(t *testing.T) {
 	var lib Library = &library{}
 	if _, ok := lib.(XidInjector); ok {
 		t.Errorf("the real backend implements XidInjector; it must never fake events")
+	}
+}
+
+func TestXidCause(t *testing.T) {
+	fatal := setOf(DefaultFatalXids(), []uint64{1000})
+	tests := []struct {
+		xid  uint64
+		want Cause
+	}{
+		{48, CauseFatal},  // double-bit ECC
+		{63, CauseFatal},  // row remapping pending: applied at the next reset
+		{64, CauseFatal},  // row remapping failed
+		{74, CauseFatal},  // NVLink
+		{79, CauseFatal},  // fallen off the bus
+		{94, CauseFatal},  // contained uncorrectable ECC
+		{95, CauseFatal},  // uncontained uncorrectable ECC
+		{119, CauseFatal}, // GSP RPC timeout
+		{120, CauseFatal}, // GSP error
+		{154, CauseFatal}, // recovery action changed: reset or reboot required
+		{1000, CauseFatal},
+		{8, CauseTransient},  // GPU stopped processing
+		{62, CauseTransient}, // micro-controller halt: a reset need comes as Xid 154
+		{69, CauseTransient}, // graphics engine class error
+		{92, CauseTransient}, // high single-bit ECC rate: every error was corrected
+		{0, CauseTransient},
+		{999, CauseTransient}, // unknown: never costs a GPU its whole life
+	}
+	for _, tt := range tests {
+		if got := XidCause(tt.xid, fatal); got != tt.want {
+			t.Errorf("XidCause(%d) = %v, want %v", tt.xid, got, tt.want)
+		}
+	}
+	if XidCause(48, nil) != CauseTransient {
+		t.Error("XidCause with no fatal set called Xid 48 fatal")
+	}
+	if a, b := DefaultFatalXids(), DefaultFatalXids(); &a[0] == &b[0] {
+		t.Error("DefaultFatalXids shares its slice between calls")
+	}
+	for _, x := range DefaultIgnoredXids() {
+		if fatal[x] {
+			t.Errorf("Xid %d is both ignored by default and fatal by default", x)
+		}
+	}
+}
+
+func TestCauseString(t *testing.T) {
+	for c, want := range map[Cause]string{CauseTransient: "transient", CauseFatal: "fatal", CauseUnwatched: "unwatched", CauseWatched: "watched", Cause(9): "Cause(9)"} {
+		if got := c.String(); got != want {
+			t.Errorf("Cause(%d).String() = %q, want %q", int(c), got, want)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package nvml
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -33,14 +35,33 @@ type GPU struct {
 	PCIBusID string
 }
 
+// SkippedGPU is a GPU that NVML lists but the plugin cannot share, so it is
+// neither advertised nor watched.
+type SkippedGPU struct {
+	Index  int    // NVML index
+	UUID   string // NVML UUID
+	Model  string // NVML product name
+	Reason string // why it is skipped, for logs and the node's annotation
+}
+
+// ReasonMIG is the Reason of a GPU skipped because MIG mode is on: its memory
+// belongs to MIG instances, and a container given the whole GPU by index
+// could use none of it.
+const ReasonMIG = "MIG mode is enabled; gpushare shares whole GPUs, not MIG instances"
+
 // Library is the plugin's view of NVML: the GPUs and their health.
 type Library interface {
 	// Name is the backend string it was built from, for logs and the node description.
 	Name() string
 	// Simulated reports whether the GPUs are mocks, so callers can say so.
 	Simulated() bool
-	// Devices lists the GPUs in NVML index order.
+	// Devices lists the GPUs that can be shared, in NVML index order; GPUs
+	// in MIG mode are left out (and logged). It fails when NVML lists no
+	// GPU at all, and succeeds with none when every GPU is left out.
 	Devices() ([]GPU, error)
+	// Skipped returns the GPUs the latest successful Devices call left out
+	// and why; nil before the first call.
+	Skipped() []SkippedGPU
 	// WatchHealth sends unhealthy-GPU events to events until ctx ends or Shutdown.
 	WatchHealth(ctx context.Context, opts HealthOptions, events chan<- HealthEvent) error
 	// Shutdown waits for in-flight calls and watchers, then releases NVML; repeat calls are no-ops.
@@ -121,6 +142,8 @@ type library struct {
 	// calls counts in-flight calls and watchers; Shutdown waits for them
 	// because the real library must not be used after nvmlShutdown.
 	calls sync.WaitGroup
+	// skipped is what the latest successful Devices call left out; guarded by mu.
+	skipped []SkippedGPU
 }
 
 // newLibrary wraps an initialised nvml.Interface.
@@ -183,34 +206,79 @@ func (l *library) Devices() ([]GPU, error) {
 		return nil, err
 	}
 	defer l.calls.Done()
-	gpus, _, err := l.devices()
-	return gpus, err
+	gpus, _, skipped, err := l.devices()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range skipped {
+		l.log.Warn("GPU skipped: not advertised and not watched", zap.Int("index", s.Index), zap.String("uuid", s.UUID),
+			zap.String("model", s.Model), zap.String("reason", s.Reason))
+	}
+	l.mu.Lock()
+	l.skipped = skipped
+	l.mu.Unlock()
+	return gpus, nil
 }
 
-// devices lists the GPUs with their NVML handles; the caller holds enter.
-func (l *library) devices() ([]GPU, []nvml.Device, error) {
+// Skipped implements Library.
+func (l *library) Skipped() []SkippedGPU {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.skipped)
+}
+
+// devices lists the GPUs that can be shared, with their NVML handles, and
+// the GPUs it skips; the caller holds enter.
+func (l *library) devices() ([]GPU, []nvml.Device, []SkippedGPU, error) {
 	count, ret := l.iface.DeviceGetCount()
 	if ret != nvml.SUCCESS {
-		return nil, nil, fmt.Errorf("list GPUs: %w", newCallError("get device count", ret))
+		return nil, nil, nil, fmt.Errorf("list GPUs: %w", newCallError("get device count", ret))
+	}
+	if count == 0 {
+		return nil, nil, nil, errors.New("list GPUs: NVML found no GPU")
 	}
 	gpus := make([]GPU, 0, count)
 	handles := make([]nvml.Device, 0, count)
+	var skipped []SkippedGPU
 	for i := range count {
 		dev, ret := l.iface.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			return nil, nil, fmt.Errorf("list GPUs: %w", newCallError(fmt.Sprintf("GPU %d: get handle", i), ret))
+			return nil, nil, nil, fmt.Errorf("list GPUs: %w", newCallError(fmt.Sprintf("GPU %d: get handle", i), ret))
 		}
 		if dev == nil {
-			return nil, nil, fmt.Errorf("list GPUs: GPU %d: get handle returned no device", i)
+			return nil, nil, nil, fmt.Errorf("list GPUs: GPU %d: get handle returned no device", i)
 		}
 		gpu, err := describe(i, dev)
 		if err != nil {
-			return nil, nil, fmt.Errorf("list GPUs: %w", err)
+			return nil, nil, nil, fmt.Errorf("list GPUs: %w", err)
+		}
+		mig, err := migEnabled(i, dev)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("list GPUs: %w", err)
+		}
+		if mig {
+			skipped = append(skipped, SkippedGPU{Index: i, UUID: gpu.UUID, Model: gpu.Model, Reason: ReasonMIG})
+			continue
 		}
 		gpus = append(gpus, gpu)
 		handles = append(handles, dev)
 	}
-	return gpus, handles, nil
+	return gpus, handles, skipped, nil
+}
+
+// migEnabled reports whether the GPU at index is in MIG mode now. A pending
+// change takes effect only at the next GPU reset, so only the current mode
+// counts; GPUs without MIG answer NOT_SUPPORTED.
+func migEnabled(index int, dev nvml.Device) (bool, error) {
+	current, _, ret := dev.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+		return current == nvml.DEVICE_MIG_ENABLE, nil
+	case nvml.ERROR_NOT_SUPPORTED:
+		return false, nil
+	default:
+		return false, newCallError(fmt.Sprintf("GPU %d: get MIG mode", index), ret)
+	}
 }
 
 // describe reads the properties of the GPU at index.

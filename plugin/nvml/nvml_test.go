@@ -188,6 +188,7 @@ func newTestMachine(n int) *testMachine {
 			}
 			return p, nvml.SUCCESS
 		}
+		d.GetMigModeFunc = func() (int, int, nvml.Return) { return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS }
 		d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
 			return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError | nvml.EventTypeSingleBitEccError, nvml.SUCCESS
 		}
@@ -304,6 +305,18 @@ func TestDevicesErrors(t *testing.T) {
 			want: "GPU 0: get minor number", is: ErrNotSupported, ret: nvml.ERROR_NOT_SUPPORTED,
 		},
 		{
+			name: "MIG mode",
+			breakM: func(m *testMachine) {
+				m.devs[1].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
+			},
+			want: "GPU 1: get MIG mode", ret: nvml.ERROR_UNKNOWN,
+		},
+		{
+			name:   "no GPU at all",
+			breakM: func(m *testMachine) { m.devs = nil },
+			want:   "NVML found no GPU",
+		},
+		{
 			name: "pci",
 			breakM: func(m *testMachine) {
 				m.devs[0].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_UNKNOWN }
@@ -410,5 +423,132 @@ func TestSysfsBusID(t *testing.T) {
 		if got := sysfsBusID(in); got != want {
 			t.Errorf("sysfsBusID(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// migMode makes a mock GPU answer GetMigMode with current, pending and ret.
+func migMode(current, pending int, ret nvml.Return) func() (int, int, nvml.Return) {
+	return func() (int, int, nvml.Return) { return current, pending, ret }
+}
+
+func TestDevicesSkipMIG(t *testing.T) {
+	m := newTestMachine(4)
+	m.devs[1].GetMigModeFunc = migMode(nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS)
+	m.devs[2].GetMigModeFunc = migMode(0, 0, nvml.ERROR_NOT_SUPPORTED) // no MIG on this GPU
+	// Pending changes wait for a GPU reset: only the current mode counts.
+	m.devs[3].GetMigModeFunc = migMode(nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS)
+	m.devs[0].GetMigModeFunc = migMode(nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS)
+	l := m.open(t)
+	if s := l.Skipped(); s != nil {
+		t.Errorf("Skipped before Devices = %v, want nil", s)
+	}
+	gpus, err := l.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, g := range gpus {
+		got = append(got, g.Index)
+	}
+	if fmt.Sprint(got) != "[2 3]" {
+		t.Errorf("Devices() indices = %v, want [2 3]", got)
+	}
+	want := []SkippedGPU{
+		{Index: 0, UUID: testUUID(0), Model: "Test GPU", Reason: ReasonMIG},
+		{Index: 1, UUID: testUUID(1), Model: "Test GPU", Reason: ReasonMIG},
+	}
+	skipped := l.Skipped()
+	if fmt.Sprint(skipped) != fmt.Sprint(want) {
+		t.Errorf("Skipped() = %+v, want %+v", skipped, want)
+	}
+	skipped[0].Index = 9
+	if l.Skipped()[0].Index != 0 {
+		t.Error("Skipped shares its slice with callers")
+	}
+
+	// A MIG GPU is not watched: its events are not reported.
+	w := startWatch(t, l, HealthOptions{}, 0)
+	m.queue <- xidEvent(m.devs[1], 79)
+	m.queue <- xidEvent(m.devs[3], 79)
+	if ev := w.next(t); ev.Index != 3 {
+		t.Errorf("event = %+v, want one for GPU 3 only", ev)
+	}
+}
+
+func TestDevicesAllMIG(t *testing.T) {
+	m := newTestMachine(2)
+	for _, d := range m.devs {
+		d.GetMigModeFunc = migMode(nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS)
+	}
+	l := m.open(t)
+	gpus, err := l.Devices()
+	if err != nil || len(gpus) != 0 {
+		t.Fatalf("Devices() = %v, %v; want no GPU and no error", gpus, err)
+	}
+	if s := l.Skipped(); len(s) != 2 {
+		t.Errorf("Skipped() = %v, want both GPUs", s)
+	}
+}
+
+func TestSimulatedMIG(t *testing.T) {
+	const backend = "simulated:mixed:mig=3,1"
+	sim, gpus := newSim(t, backend)
+	if sim.Name() != backend {
+		t.Errorf("Name() = %q, want %q", sim.Name(), backend)
+	}
+	if len(gpus) != 2 || gpus[0].Index != 0 || gpus[1].Index != 2 {
+		t.Fatalf("Devices() = %+v, want GPUs 0 and 2", gpus)
+	}
+	skipped := sim.Skipped()
+	if len(skipped) != 2 || skipped[0].Index != 1 || skipped[1].Index != 3 || skipped[0].Reason != ReasonMIG ||
+		skipped[1].Model != "NVIDIA A100-PCIE-40GB" || !strings.HasPrefix(skipped[0].UUID, "GPU-") {
+		t.Errorf("Skipped() = %+v, want GPUs 1 and 3 for MIG", skipped)
+	}
+	w := startWatch(t, sim, HealthOptions{}, 0)
+	for _, i := range []int{1, 2} {
+		if err := sim.InjectXid(i, 79); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev := w.next(t); ev.Index != 2 {
+		t.Errorf("event = %+v, want one for GPU 2 only (GPU 1 is in MIG mode)", ev)
+	}
+}
+
+func TestSimulatedBackendSyntax(t *testing.T) {
+	good := map[string]simulatedSpec{
+		"simulated:dgxh100":           {machine: "dgxh100"},
+		"simulated:dgxh100:mig=0":     {machine: "dgxh100", mig: []int{0}},
+		"simulated:mixed:mig=3,0,1":   {machine: "mixed", mig: []int{0, 1, 3}},
+		"simulated:whatever:mig=12":   {machine: "whatever", mig: []int{12}}, // the machine is checked by NewSimulator
+		"simulated:dgxb200:mig=7,6,5": {machine: "dgxb200", mig: []int{5, 6, 7}},
+	}
+	for in, want := range good {
+		if got, err := parseSimulated(in); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("parseSimulated(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{
+		"simulated:dgxh100:", "simulated:dgxh100:mig=", "simulated:dgxh100:mig=a", "simulated:dgxh100:mig=1,1",
+		"simulated:dgxh100:mig=-1", "simulated:dgxh100:mig=01", "simulated:dgxh100:mig=1,", "simulated:dgxh100:gpus=1",
+		"simulated:dgxh100:mig=1:mig=2", "simulated:dgxh100:mig=8", "simulated:mixed:mig=4", "simulated:bogus:mig=1", "nvml:mig=1",
+	} {
+		sim, err := NewSimulator(nil, bad)
+		if err == nil {
+			sim.Shutdown()
+			t.Errorf("NewSimulator(%q) succeeded", bad)
+			continue
+		}
+		if !errors.Is(err, ErrUnknownBackend) {
+			t.Errorf("NewSimulator(%q) = %v, want ErrUnknownBackend", bad, err)
+		}
+	}
+	lib, err := New(nil, "simulated:dgxa100:mig=7")
+	if err != nil {
+		t.Fatalf("New with a MIG GPU: %v", err)
+	}
+	defer lib.Shutdown()
+	if gpus, err := lib.Devices(); err != nil || len(gpus) != 7 {
+		t.Errorf("Devices() = %d GPUs, %v; want 7", len(gpus), err)
 	}
 }

@@ -2,6 +2,8 @@ package nvml
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,42 +79,89 @@ var (
 	_ XidInjector = (*Simulator)(nil)
 )
 
-// NewSimulator builds the simulated backend named by backend, one of the
-// "simulated:*" strings Backends lists.
+// NewSimulator builds the simulated backend named by backend: one of the
+// "simulated:*" strings Backends lists, optionally followed by
+// ":mig=<index>[,<index>...]" to put those GPUs in MIG mode (for example
+// "simulated:dgxh100:mig=0,3").
 func NewSimulator(logger *zap.Logger, backend string) (*Simulator, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	name, ok := strings.CutPrefix(backend, simulatedPrefix)
-	if !ok {
-		return nil, unknownBackend(backend)
+	spec, err := parseSimulated(backend)
+	if err != nil {
+		return nil, err
 	}
 	for _, m := range simulatedMachines() {
-		if m.name != name {
+		if m.name != spec.machine {
 			continue
 		}
 		srv, err := m.build()
 		if err != nil {
-			return nil, fmt.Errorf("build simulated machine %s: %w", name, err)
+			return nil, fmt.Errorf("build simulated machine %s: %w", spec.machine, err)
 		}
-		return newSimulatorFromServer(logger, backend, srv)
+		for _, i := range spec.mig {
+			if i >= len(srv.Devices) {
+				return nil, fmt.Errorf("%w %q: mig names GPU %d, the machine has %d", ErrUnknownBackend, backend, i, len(srv.Devices))
+			}
+		}
+		return newSimulatorFromServer(logger, backend, srv, spec.mig)
 	}
 	return nil, unknownBackend(backend)
 }
 
+// simulatedSpec is a parsed simulated backend string.
+type simulatedSpec struct {
+	machine string
+	mig     []int // GPU indices in MIG mode, ascending
+}
+
+// parseSimulated reads "simulated:<machine>[:mig=<i>[,<j>...]]". It checks
+// the syntax only; the machine and the indices are checked against the
+// machine by NewSimulator.
+func parseSimulated(backend string) (simulatedSpec, error) {
+	rest, ok := strings.CutPrefix(backend, simulatedPrefix)
+	if !ok {
+		return simulatedSpec{}, unknownBackend(backend)
+	}
+	machine, opts, hasOpts := strings.Cut(rest, ":")
+	spec := simulatedSpec{machine: machine}
+	if !hasOpts {
+		return spec, nil
+	}
+	list, ok := strings.CutPrefix(opts, "mig=")
+	if !ok {
+		return simulatedSpec{}, fmt.Errorf("%w %q: after the machine only \":mig=<index>[,<index>...]\" is allowed", ErrUnknownBackend, backend)
+	}
+	seen := map[int]bool{}
+	for _, item := range strings.Split(list, ",") {
+		i, err := strconv.Atoi(item)
+		if err != nil || i < 0 || strconv.Itoa(i) != item || seen[i] {
+			return simulatedSpec{}, fmt.Errorf("%w %q: mig wants distinct GPU indices, not %q", ErrUnknownBackend, backend, item)
+		}
+		seen[i] = true
+		spec.mig = append(spec.mig, i)
+	}
+	slices.Sort(spec.mig)
+	return spec, nil
+}
+
 // newSimulatorFromServer completes a mock machine with what the go-nvml mocks
 // leave out (events, PCI bus IDs) and initialises it as the real library is.
-func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Server) (*Simulator, error) {
+// GPUs at the indices in mig are put in MIG mode.
+func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Server, mig []int) (*Simulator, error) {
 	s := &Simulator{server: srv, queue: make(chan nvml.EventData, simulatedEventQueue)}
 	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return newSimEventSet(s.queue), nvml.SUCCESS
 	}
-	for _, d := range srv.Devices {
+	for i, d := range srv.Devices {
 		dev, ok := d.(*server.Device)
 		if !ok {
 			return nil, fmt.Errorf("build simulated machine: unexpected device type %T", d)
 		}
 		completeSimDevice(dev)
+		if slices.Contains(mig, i) {
+			dev.MigMode = nvml.DEVICE_MIG_ENABLE
+		}
 	}
 	l, err := openLibrary(logger, backend, srv, true)
 	if err != nil {
