@@ -345,16 +345,19 @@ func TestPluginKubeletAndPluginRestart(t *testing.T) {
 	p.waitRegistered(t)
 	waitCapacity(t, c, kubelet.Name(), total)
 
-	wave := func(prefix string, n int) map[string]*corev1.Pod {
+	// Each wave puts sizes 2, 4 and 6 on GPUs base+1..base+3 (18 units of 40 on the fullest); the
+	// third wave shares the first's GPUs, which then hold 36 units at most: within their size, or
+	// the plugin would rightly refuse the surplus.
+	wave := func(prefix string, n, base int) map[string]*corev1.Pod {
 		var objs []*corev1.Pod
 		for i := range n {
 			size := []int64{2, 4, 6}[i%3]
-			s := podSpec{name: fmt.Sprintf("%s-%02d", prefix, i), sizes: []int64{size}, gpus: []int{int(size / 2)}}
+			s := podSpec{name: fmt.Sprintf("%s-%02d", prefix, i), sizes: []int64{size}, gpus: []int{base + int(size/2)}}
 			objs = append(objs, s.object(kubelet.Name(), devUnits, time.Now()))
 		}
 		return createAll(t, c.Client(), objs)
 	}
-	first := wave("before", 9)
+	first := wave("before", 9, 0)
 	waitRunning(t, c, first)
 	held := checkEnvs(t, c.Client(), kubelet, first, devUnits)
 
@@ -367,7 +370,7 @@ func TestPluginKubeletAndPluginRestart(t *testing.T) {
 	t.Logf("kubelet restart: plugin registered again %v after the restart began, capacity back after %v",
 		registered.Sub(restarted), back.Sub(restarted))
 
-	second := wave("after-kubelet", 9)
+	second := wave("after-kubelet", 9, 4)
 	waitRunning(t, c, second)
 	checkEnvs(t, c.Client(), kubelet, second, devUnits)
 	again := checkEnvs(t, c.Client(), kubelet, first, devUnits)
@@ -389,7 +392,7 @@ func TestPluginKubeletAndPluginRestart(t *testing.T) {
 	reg2 := p2.waitRegistered(t)
 	waitCapacity(t, c, kubelet.Name(), total)
 	t.Logf("plugin restart: registered %v after starting", reg2.Sub(stopped))
-	third := wave("after-plugin", 9)
+	third := wave("after-plugin", 9, 0)
 	waitRunning(t, c, third)
 	checkEnvs(t, c.Client(), kubelet, third, devUnits)
 	final := checkEnvs(t, c.Client(), kubelet, first, devUnits)
