@@ -9,9 +9,15 @@
 //     sockets), a restart request (SIGHUP) or the server dying triggers
 //     Stop, Start and Register again, with exponential backoff on failure;
 //   - NVML health events mark a GPU's devices unhealthy in ListAndWatch and
-//     in the node description, and a GPU with no event for the quiet period
-//     is healthy again;
+//     in the node description; a GPU with a transient fault and no event for
+//     the quiet period is healthy again, one with a fatal fault stays
+//     unhealthy for the life of the process;
+//   - the node's GPU count and description are published again after every
+//     registration and whenever the Node object lost them;
 //   - a container's record on its pod (gpushare.io/container-env, ASSIGNED)
 //     whose write failed during Allocate is retried in the background with
-//     bounded backoff.
+//     bounded backoff, and a reconciler writes the record of every pod whose
+//     containers the kubelet started, whatever was lost;
+//   - Allocate refuses a container whose GPU the node's pods together
+//     over-commit, whoever bound them.
 package manager
