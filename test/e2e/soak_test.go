@@ -106,15 +106,18 @@ type soakNode struct {
 }
 
 type soakBed struct {
-	t        *testing.T
-	c        *cluster.Cluster
-	client   kubernetes.Interface
-	ext      *cluster.Program
-	extURL   string
-	sched    cluster.SchedulerConfig
-	nodes    map[string]*soakNode
-	kubelets []*soakNode
-	seed     uint64
+	t      *testing.T
+	c      *cluster.Cluster
+	client kubernetes.Interface
+	ext    *cluster.Program
+	extURL string
+	// extProxy and pluginProxy stand between our programs and the API server and inject the
+	// half-failures: answers lost, delayed or 5xx after the commit, resets, stalled watches.
+	extProxy, pluginProxy *cluster.FaultProxy
+	sched                 cluster.SchedulerConfig
+	nodes                 map[string]*soakNode
+	kubelets              []*soakNode
+	seed                  uint64
 
 	mu         sync.Mutex
 	created    int
@@ -163,11 +166,12 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 		t.Fatal(err)
 	}
 
-	// The extender, as its ServiceAccount.
-	extKubeconfig, err := c.Kubeconfig("soak-extender", saExtender)
-	if err != nil {
+	// The extender, as its ServiceAccount, through a fault proxy.
+	if s.extProxy, err = c.StartFaultProxy("soak-extender", saExtender); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.extProxy.Close)
+	extKubeconfig := s.extProxy.Kubeconfig()
 	port := freeLoopbackPort(t)
 	s.extURL = "http://127.0.0.1:" + port
 	s.ext, err = c.StartProgram("gpushare-scheduler-extender", filepath.Join(bin, "gpushare-scheduler-extender"),
@@ -211,11 +215,12 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 		t.Fatal(err)
 	}
 
-	// Hollow kubelets, each with our plugin as the plugin's ServiceAccount.
-	pluginKubeconfig, err := c.Kubeconfig("soak-plugin", saPlugin)
-	if err != nil {
+	// Hollow kubelets, each with our plugin as the plugin's ServiceAccount, through a fault proxy.
+	if s.pluginProxy, err = c.StartFaultProxy("soak-plugin", saPlugin); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.pluginProxy.Close)
+	pluginKubeconfig := s.pluginProxy.Kubeconfig()
 	for i := range soakKubelets {
 		name := fmt.Sprintf("gpu-%d", i)
 		k, err := c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{
@@ -298,6 +303,8 @@ func (s *soakBed) run(d time.Duration) soakReport {
 	defer cancel()
 	start := time.Now()
 	deadline := start.Add(d)
+	s.faultRequests()
+	defer s.quietRequests()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.churn(ctx, deadline) })
 	wg.Go(func() { s.injectFaults(ctx, deadline) })
@@ -318,7 +325,31 @@ func (s *soakBed) run(d time.Duration) soakReport {
 	wg.Wait()
 	cancel()
 	<-checkDone
+	s.quietRequests()
 	return soakReport{Seed: s.seed, ChurnSeconds: time.Since(start).Seconds()}
+}
+
+// soakRequestFaults is the chance that one of our programs' requests on pods (a Binding, a GET, a
+// record PATCH) meets a half-failure at the proxy.
+const soakRequestFaults = 0.05
+
+// faultRequests makes the proxies fail requests on pods at random, by the soak's seed: the
+// answer lost or turned into a 503 after the API server committed it, held for 3 s, or the
+// connection reset before anything was sent. Watches are stalled by injectFaults.
+func (s *soakBed) faultRequests() {
+	faults := []cluster.Fault{{Kind: cluster.DropAnswer}, {Kind: cluster.ErrorAnswer}, {Kind: cluster.ErrorAnswer, Code: 500},
+		{Kind: cluster.DelayAnswer, Delay: 3 * time.Second}, {Kind: cluster.Reset}}
+	onPods := func(r *http.Request) bool {
+		return r.URL.Query().Get("watch") != "true" && strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/"+soakNamespace+"/pods")
+	}
+	s.extProxy.SetRules(cluster.RandomRule(s.seed, soakRequestFaults, onPods, faults...))
+	s.pluginProxy.SetRules(cluster.RandomRule(s.seed+1, soakRequestFaults, onPods, faults...))
+}
+
+// quietRequests ends the request faults: what follows measures recovery.
+func (s *soakBed) quietRequests() {
+	s.extProxy.SetRules()
+	s.pluginProxy.SetRules()
 }
 
 // churn creates a pod every soakCreateEvery until deadline and deletes each when its lifetime ends.
@@ -423,7 +454,7 @@ func soakPod(rng *rand.Rand, i int) (*corev1.Pod, time.Duration) {
 // a kubelet and the scheduler in shuffled rounds, and the API server once, half way.
 func (s *soakBed) injectFaults(ctx context.Context, deadline time.Time) {
 	rng := rand.New(rand.NewPCG(s.seed, 2))
-	kinds := []string{"extender", "plugin", "kubelet", "scheduler"}
+	kinds := []string{"extender", "plugin", "kubelet", "scheduler", "watch-stall"}
 	var bag []string
 	apiAt := time.Now().Add(time.Until(deadline) / 2)
 	apiDone := false
@@ -510,6 +541,18 @@ func (s *soakBed) inject(ctx context.Context, rng *rand.Rand, kind string) fault
 		if err := s.c.StartScheduler(ctx, s.sched); err != nil && ctx.Err() == nil {
 			s.violation("kube-scheduler did not come back: %v", err)
 		}
+	case "watch-stall":
+		// Longer than the assume TTL now and then: a lagging watch must never free memory in use.
+		f.Down = time.Duration(5000+rng.IntN(35000)) * time.Millisecond
+		proxy, target := s.extProxy, "extender"
+		if rng.IntN(2) == 1 {
+			proxy, target = s.pluginProxy, "plugins"
+		}
+		f.Target = target + " pod watches"
+		stall := proxy.StallWatches(cluster.MatchWatch("pods"), f.Down, false)
+		down()
+		stall.Release()
+		restarted = time.Now()
 	case "apiserver":
 		f.Target = "kube-apiserver"
 		f.Down = 0
@@ -910,20 +953,22 @@ func (s *soakBed) inspectDiff(want perGPU) string {
 
 // soakReport is TestSoak's figures, as docs/reliability.md quotes them.
 type soakReport struct {
-	Seed              uint64                    `json:"seed"`
-	ChurnSeconds      float64                   `json:"churn_seconds"`
-	Nodes             int                       `json:"nodes"`
-	KubeletNodes      int                       `json:"kubelet_nodes"`
-	PodsCreated       int                       `json:"pods_created"`
-	PodsDeleted       int                       `json:"pods_deleted"`
-	PodsBound         int                       `json:"pods_bound"`
-	PodsRan           int                       `json:"pods_ran"`
-	CreateErrors      int                       `json:"create_errors"`
-	PendingAtEnd      int                       `json:"pending_at_end"`
-	AdmissionRefusals int                       `json:"admission_refusals_in_restart_windows"`
-	Faults            map[string]int            `json:"faults"`
-	RecoveryMS        map[string]recoveryFigure `json:"recovery_ms"`
-	InvariantChecks   int                       `json:"invariant_checks"`
+	Seed              uint64         `json:"seed"`
+	ChurnSeconds      float64        `json:"churn_seconds"`
+	Nodes             int            `json:"nodes"`
+	KubeletNodes      int            `json:"kubelet_nodes"`
+	PodsCreated       int            `json:"pods_created"`
+	PodsDeleted       int            `json:"pods_deleted"`
+	PodsBound         int            `json:"pods_bound"`
+	PodsRan           int            `json:"pods_ran"`
+	CreateErrors      int            `json:"create_errors"`
+	PendingAtEnd      int            `json:"pending_at_end"`
+	AdmissionRefusals int            `json:"admission_refusals_in_restart_windows"`
+	Faults            map[string]int `json:"faults"`
+	// RequestFaults counts the half-failures the proxies injected into requests, by program and kind.
+	RequestFaults   map[string]int            `json:"request_faults"`
+	RecoveryMS      map[string]recoveryFigure `json:"recovery_ms"`
+	InvariantChecks int                       `json:"invariant_checks"`
 	// RecordsSettledSeconds is how long, once every pod ran, the last running pod waited for its record.
 	RecordsSettledSeconds float64       `json:"records_settled_seconds"`
 	Violations            int           `json:"violations"`
@@ -973,6 +1018,14 @@ func (s *soakBed) report(r soakReport) soakReport {
 	for _, f := range s.faults {
 		r.Faults[f.Kind]++
 		byKind[f.Kind] = append(byKind[f.Kind], float64(f.Recovered.Microseconds())/1000)
+	}
+	r.RequestFaults = map[string]int{}
+	for who, proxy := range map[string]*cluster.FaultProxy{"extender": s.extProxy, "plugins": s.pluginProxy} {
+		for kind, n := range proxy.Counts() {
+			if kind != cluster.Forward && n > 0 {
+				r.RequestFaults[who+" "+string(kind)] = n
+			}
+		}
 	}
 	r.RecoveryMS = map[string]recoveryFigure{}
 	for k, xs := range byKind {
