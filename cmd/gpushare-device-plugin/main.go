@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -13,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/kubernetes"
@@ -40,6 +44,7 @@ type options struct {
 	quiet        time.Duration
 	fatalXids    []uint64
 	allocateWait time.Duration
+	metrics      string
 	logLevel     zapcore.Level
 	node         string
 }
@@ -63,6 +68,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		return err
 	})
 	fs.DurationVar(&o.allocateWait, "allocate-wait", manager.DefaultAllocateWait, "how long Allocate waits for its pod to reach the plugin's watch")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "host:port to serve Prometheus /metrics on (Allocate outcomes, records repaired); empty serves nothing")
 	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -157,11 +163,16 @@ func serve(o options, logger *zap.Logger) error {
 			logger.Warn("shut down NVML", zap.Error(err))
 		}
 	}()
+	metrics, _, stopMetrics, err := serveMetrics(o.metrics, logger)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	m, err := manager.New(manager.Config{
 		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir, PodResourcesSocket: o.podResources,
 		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
 		Health:  nvml.HealthOptions{FatalXids: o.fatalXids},
-		Restart: restart, Logger: logger,
+		Restart: restart, Metrics: metrics, Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -170,4 +181,33 @@ func serve(o options, logger *zap.Logger) error {
 	err = m.Run(ctx)
 	logger.Info("stopped")
 	return err
+}
+
+// serveMetrics serves the plugin's Prometheus series, and nothing else, on
+// addr, and returns the address it listens on; with addr empty it serves
+// nothing and returns nil metrics. The returned stop closes the listener.
+func serveMetrics(addr string, logger *zap.Logger) (*manager.Metrics, string, func(), error) {
+	if addr == "" {
+		return nil, "", func() {}, nil
+	}
+	reg := prometheus.NewRegistry()
+	metrics, err := manager.NewMetrics(reg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		IdleTimeout: time.Minute, ErrorLog: zap.NewStdLog(logger.Named("metrics"))}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server stopped", zap.Error(err))
+		}
+	}()
+	logger.Info("serving metrics", zap.String("address", ln.Addr().String()))
+	return metrics, ln.Addr().String(), func() { srv.Close() }, nil
 }

@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
@@ -65,5 +69,39 @@ func TestRunFailsWithoutKubeconfig(t *testing.T) {
 	code := run([]string{"--kubeconfig=/nonexistent", "--gpu-backend=simulated:dgxa100", "--log-level=error"}, env(map[string]string{"NODE_NAME": "n"}), &stderr)
 	if code != 1 {
 		t.Errorf("exit %d; want 1", code)
+	}
+}
+
+// --metrics-listen serves the plugin's series on /metrics and nothing else;
+// without it nothing listens.
+func TestServeMetrics(t *testing.T) {
+	if m, addr, stop, err := serveMetrics("", zap.NewNop()); err != nil || m != nil || addr != "" {
+		t.Fatalf("serveMetrics(\"\") = %v, %q, %v; want nothing served", m, addr, err)
+	} else {
+		stop()
+	}
+	m, addr, stop, err := serveMetrics("127.0.0.1:0", zap.NewNop())
+	if err != nil || m == nil {
+		t.Fatalf("serveMetrics = %v, %v", m, err)
+	}
+	defer stop()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, `gpushare_plugin_allocate_total{outcome="overcommit"} 0`) {
+		t.Errorf("GET /metrics = %d %q", code, body)
+	}
+	if code, _ := get("/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/ = %d; want 404: only /metrics is served", code)
+	}
+	if _, _, _, err := serveMetrics("256.0.0.1:1", zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--metrics-listen") {
+		t.Errorf("a bad address = %v; want an error naming the flag", err)
 	}
 }

@@ -39,8 +39,8 @@ type allocator struct {
 	served allocate.Served
 	// memo keeps each pod decoded until its resourceVersion changes.
 	memo *allocate.Memo
-	// refusals counts refused calls by reason, for logs and tests.
-	refusals map[string]int
+	// metrics counts answers and refusals; nil counts nothing.
+	metrics *Metrics
 	// pending are answers whose holder the kubelet has not shown yet.
 	pending []pendingServe
 }
@@ -101,7 +101,7 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 			break
 		}
 		if !errors.Is(err, allocate.ErrNoMatch) && !errors.Is(err, allocate.ErrOvercommit) {
-			a.refuse("invalid")
+			a.metrics.count(outcomeInvalid, len(units))
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		// The kubelet may call before the pod's binding reaches our watch,
@@ -139,6 +139,7 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		log.Info("allocated")
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: d.Env.Map()})
 	}
+	a.metrics.count(outcomeAllocated, len(decisions))
 	a.log.Debug("Allocate answered", zap.Duration("took", time.Since(start)))
 	return resp, nil
 }
@@ -147,21 +148,13 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 // the gRPC error for the kubelet.
 func (a *allocator) refuseAfterWait(units []uint64, err error) error {
 	if errors.Is(err, allocate.ErrOvercommit) {
-		a.refuse("overcommit")
+		a.metrics.count(outcomeOvercommit, len(units))
 		a.log.Error("Allocate refused: the GPU would hold more than it has", zap.Uint64s("units", units), zap.Error(err))
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}
-	a.refuse("nomatch")
+	a.metrics.count(outcomeNoMatch, len(units))
 	a.log.Warn("Allocate matched no pod", zap.Uint64s("units", units), zap.Error(err))
 	return status.Error(codes.FailedPrecondition, err.Error())
-}
-
-// refuse counts a refused call.
-func (a *allocator) refuse(reason string) {
-	if a.refusals == nil {
-		a.refusals = map[string]int{}
-	}
-	a.refusals[reason]++
 }
 
 // prune forgets served containers whose pod left the store or whose pod's

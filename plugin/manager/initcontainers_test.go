@@ -7,11 +7,16 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -282,5 +287,46 @@ func TestReconcilerRepairsLostRecord(t *testing.T) {
 	want := gpushare.ContainerEnv{GPUIndex: 5, PodUnits: 8, ContainerUnits: 8, DevUnits: 80}
 	if err != nil || rec["main"] != want {
 		t.Errorf("record = %v, %v; want main = %+v", rec, err, want)
+	}
+}
+
+// A hand-bound pod that would over-commit its GPU is refused with
+// ResourceExhausted naming the GPU, and counted; a pod that fits is counted
+// as allocated.
+func TestAllocateOvercommitRefusedAndCounted(t *testing.T) {
+	ctx := t.Context()
+	reg := prometheus.NewRegistry()
+	metrics, err := manager.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.Metrics = metrics })
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	running := gpuPod("running", 70, 4, 80)
+	running.Annotations[gpushare.AnnotationAssigned] = "true"
+	running.Status.Phase = corev1.PodRunning
+	for _, p := range []*corev1.Pod{running, gpuPod("byhand", 30, 4, 80), gpuPod("fits", 10, 5, 80)} {
+		if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.Allocate(ctx, reqOn(0, 30))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "GPU 4") || !strings.Contains(err.Error(), "default/running=70") {
+		t.Fatalf("Allocate for byhand = %v; want ResourceExhausted naming GPU 4 and its holders", err)
+	}
+	if _, err := c.Allocate(ctx, reqOn(1, 10)); err != nil {
+		t.Fatalf("Allocate for fits = %v", err)
+	}
+	want := `
+# HELP gpushare_plugin_allocate_total Containers the kubelet asked Allocate for, by outcome: allocated, or refused as nomatch (no pod waits for one of that size), overcommit (its GPU would hold more than it has) or invalid (a malformed request).
+# TYPE gpushare_plugin_allocate_total counter
+gpushare_plugin_allocate_total{outcome="allocated"} 1
+gpushare_plugin_allocate_total{outcome="invalid"} 0
+gpushare_plugin_allocate_total{outcome="nomatch"} 0
+gpushare_plugin_allocate_total{outcome="overcommit"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpushare_plugin_allocate_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -57,7 +57,9 @@ type Config struct {
 	// RecordRetry paces the background retries of a container's record on
 	// its pod after the write during Allocate failed; Steps 0 means DefaultRecordRetry.
 	RecordRetry wait.Backoff
-	Logger      *zap.Logger
+	// Metrics counts Allocate's answers and the records repaired; nil counts nothing.
+	Metrics *Metrics
+	Logger  *zap.Logger
 }
 
 // attributeEvery paces the settling of answered calls between Allocates.
@@ -166,7 +168,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// it runs after both: no Allocate is left to start a retry, and every
 	// retry sees ctx end.
 	defer rec.wait()
-	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}, memo: allocate.NewMemo()}
+	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}, memo: allocate.NewMemo(), metrics: m.cfg.Metrics}
 	if m.cfg.PodResourcesSocket != "" {
 		pr, err := podresources.New(m.cfg.PodResourcesSocket)
 		if err != nil {

@@ -76,6 +76,7 @@ func (r *reconciler) pass(ctx context.Context) error {
 		})
 		switch {
 		case err == nil:
+			r.alloc.metrics.repair()
 			r.log.Info("recorded a pod the kubelet started whose record was missing",
 				zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Int("containers", len(rep.Envs)))
 		case permanent(err):
