@@ -60,43 +60,33 @@ func plainInitPod(name, node string, initUnits, mainUnits int64, gpu int, devUni
 // annotations name in the kubelet's checkpoint. Then a second round of the same sizes on another
 // GPU: it is only placeable, by the extender's rule, once the first round left the in-flight set.
 func TestPluginPlainInitContainers(t *testing.T) {
-	ctx := t.Context()
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := simulator(t, "simulated:dgxh100")
-	gpus, _ := sim.Devices()
-	devUnits := gpus[0].MemoryMiB / 1024
+	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	startPlugin(t, c.Client(), kubelet, sim, 10*time.Second).waitRegistered(t)
 	waitCapacity(t, c, kubelet.Name(), int64(8*devUnits))
 
-	now := time.Now()
-	objs := []*corev1.Pod{
-		plainInitPod("reuse", kubelet.Name(), 4, 4, 1, devUnits, now),                            // main takes over the init container's devices
-		plainInitPod("grow", kubelet.Name(), 2, 6, 1, devUnits, now.Add(time.Millisecond)),       // main needs more than init had
-		plainInitPod("initonly", kubelet.Name(), 3, 0, 2, devUnits, now.Add(2*time.Millisecond)), // nothing after the init container uses the GPU
+	shapes := []struct {
+		name             string
+		initUnits, units int64
+	}{
+		{"reuse", 4, 4},    // main takes over the init container's devices
+		{"grow", 2, 6},     // main needs more than the init container had
+		{"initonly", 3, 0}, // nothing after the init container uses the GPU
+	}
+	round := func(suffix string, firstGPU int) []*corev1.Pod {
+		var objs []*corev1.Pod
+		for i, s := range shapes {
+			objs = append(objs, plainInitPod(s.name+suffix, kubelet.Name(), s.initUnits, s.units, firstGPU+i, devUnits, time.Now()))
+		}
+		return objs
 	}
 	began := time.Now()
-	pods := createAll(t, c.Client(), objs)
+	pods := createAll(t, c.Client(), round("", 1))
 	waitRunning(t, c, pods)
 	t.Logf("%d pods with GPU init containers ran and were recorded after %v", len(pods), time.Since(began))
 	checkEnvs(t, c.Client(), kubelet, pods, devUnits)
 
 	// Released: pods of the same sizes on other GPUs now follow without waiting on the first.
-	var second []*corev1.Pod
-	for i, o := range objs {
-		p := plainInitPod(o.Name+"-2", kubelet.Name(), 0, 0, 3+i, devUnits, time.Now())
-		p.Spec = *o.Spec.DeepCopy()
-		reqs, _ := gpushare.ContainerRequests(p)
-		a := gpushare.PodAssignment{GPUIndex: 3 + i, PodUnits: gpushare.PodUnits(reqs), DevUnits: devUnits,
-			AssumeTime: time.Now().UnixNano(), Allocation: gpushare.AllocationForGPU(reqs, 3+i)}
-		if p.Annotations, err = a.Encode(); err != nil {
-			t.Fatal(err)
-		}
-		second = append(second, p)
-	}
+	second := round("-2", 4)
 	pods2 := createAll(t, c.Client(), second)
 	waitRunning(t, c, pods2)
 	checkEnvs(t, c.Client(), kubelet, pods2, devUnits)
@@ -108,14 +98,7 @@ func TestPluginPlainInitContainers(t *testing.T) {
 // annotation counts too.
 func TestPluginRefusesOvercommit(t *testing.T) {
 	ctx := t.Context()
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := simulator(t, "simulated:dgxh100")
-	gpus, _ := sim.Devices()
-	devUnits := gpus[0].MemoryMiB / 1024
+	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	startPlugin(t, c.Client(), kubelet, sim, 2*time.Second).waitRegistered(t)
 	waitCapacity(t, c, kubelet.Name(), int64(8*devUnits))
 
@@ -147,11 +130,7 @@ func TestPluginRefusesOvercommit(t *testing.T) {
 // environment the kubelet gave it.
 func TestPluginRecordRepairedAfterOutage(t *testing.T) {
 	ctx := t.Context()
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	proxy, err := c.StartFaultProxy("plugin-outage", "gpushare-test-plugin", "system:masters")
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +144,6 @@ func TestPluginRecordRepairedAfterOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := simulator(t, "simulated:dgxh100")
-	gpus, _ := sim.Devices()
-	devUnits := gpus[0].MemoryMiB / 1024
 	startPluginWith(t, viaProxy, kubelet, sim, 10*time.Second, func(m *manager.Config) {
 		m.RecordRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 1, Steps: 2} // gives up after 2 more tries
 	}).waitRegistered(t)

@@ -32,6 +32,23 @@ type runningPlugin struct {
 	lib        nvml.Library
 }
 
+// gpuNode starts a control plane without a scheduler and one hollow kubelet "gpu-0" labelled for
+// gpushare, and a simulator of backend for its plugin; devUnits is the size of its first GPU in GiB.
+func gpuNode(t *testing.T, backend string) (*cluster.Cluster, *cluster.Kubelet, *nvml.Simulator, uint64) {
+	t.Helper()
+	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	kubelet, err := c.AddKubelet(t.Context(), "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := simulator(t, backend)
+	gpus, err := sim.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, kubelet, sim, gpus[0].MemoryMiB / 1024
+}
+
 // startPlugin runs the manager with lib against kubelet until stop or the test's end.
 func startPlugin(t *testing.T, client kubernetes.Interface, kubelet *cluster.Kubelet, lib nvml.Library, wait time.Duration) *runningPlugin {
 	t.Helper()
@@ -263,14 +280,7 @@ func waitCapacity(t *testing.T, c *cluster.Cluster, node string, units int64) ti
 // extender's rule: among in-flight pods, equal container sizes have equal signatures.
 func TestPluginManyPodsRaceFree(t *testing.T) {
 	ctx := t.Context()
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := simulator(t, "simulated:dgxh100")
-	gpus, _ := sim.Devices()
-	devUnits := gpus[0].MemoryMiB / 1024
+	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	p := startPlugin(t, c.Client(), kubelet, sim, 10*time.Second)
 	p.waitRegistered(t)
 	waitCapacity(t, c, kubelet.Name(), int64(8*devUnits))
@@ -332,14 +342,7 @@ func countContainers(specs []podSpec) int {
 // plugin restart: nothing is lost and new pods still start right.
 func TestPluginKubeletAndPluginRestart(t *testing.T) {
 	ctx := t.Context()
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := simulator(t, "simulated:dgxa100")
-	gpus, _ := sim.Devices()
-	devUnits := gpus[0].MemoryMiB / 1024
+	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxa100")
 	total := int64(8 * devUnits)
 	p := startPlugin(t, c.Client(), kubelet, sim, 10*time.Second)
 	p.waitRegistered(t)

@@ -58,14 +58,8 @@ func wipeNode(ctx context.Context, client kubernetes.Interface, name string) err
 // restarting the plugin.
 func TestPluginRepublishesNodeAfterKubeletRestart(t *testing.T) {
 	ctx := t.Context()
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
-	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := simulator(t, "simulated:dgxa100")
-	gpus, _ := sim.Devices()
-	units := int64(len(gpus)) * int64(gpus[0].MemoryMiB/1024)
+	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxa100")
+	units := int64(8 * devUnits)
 	p := startPlugin(t, c.Client(), kubelet, sim, 10*time.Second)
 	p.waitRegistered(t)
 	if _, err := c.WaitForNode(ctx, kubelet.Name(), waitLong, "is published", nodePublished(8, units)); err != nil {
