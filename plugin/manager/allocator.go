@@ -233,8 +233,12 @@ func (a *allocator) attributeLocked(ctx context.Context) {
 		d := p.decision
 		switch {
 		case err != nil && time.Since(p.at) > attributeTimeout:
-			a.log.Warn("the kubelet's pod-resources API does not answer; recording the matched pod", zap.Error(err))
-			a.recordLocked(ctx, d)
+			// Recording the matched pod unchecked could mark a pod served whose
+			// call is still to come, while the reconciler records the pod that
+			// really got it: one call counted twice.
+			a.unserve(d)
+			a.log.Warn("the kubelet's pod-resources API does not answer; the answer stays unrecorded until its pod's containers start",
+				zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name), zap.Error(err))
 		case err != nil:
 			keep = append(keep, p)
 		case plainInit(d.Container):

@@ -93,17 +93,57 @@ func startKubeletPodResources(t *testing.T) (*kubeletPodResources, string) {
 	return k, path
 }
 
+// patchFaults lets a test fail pod patches by pod name after the reactors are
+// installed, without changing the fake clientset under a running client.
+type patchFaults struct {
+	mu    sync.Mutex
+	fail  func(pod string) error
+	tries map[string]int
+}
+
+// set makes every later patch of a pod fail with what fail returns (nil: pass).
+func (f *patchFaults) set(fail func(pod string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = fail
+}
+
+// check counts a patch of pod and returns the fault to answer it with.
+func (f *patchFaults) check(pod string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tries == nil {
+		f.tries = map[string]int{}
+	}
+	f.tries[pod]++
+	if f.fail == nil {
+		return nil
+	}
+	return f.fail(pod)
+}
+
+// triesOf returns how many patches of pod were seen.
+func (f *patchFaults) triesOf(pod string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tries[pod]
+}
+
 // enforceResourceVersion makes the fake clientset keep resourceVersions on
 // pods and refuse an annotation patch that names another one, with a
 // Conflict, as the API server does (the fake neither sets nor checks them);
 // without it two records written from one stale copy silently overwrite
 // each other. It handles the merge patches the plugin sends: metadata
 // annotations under a resourceVersion precondition (created pods have an
-// empty one here, which is compared like any other).
-func enforceResourceVersion(t *testing.T, client *fake.Clientset) {
+// empty one here, which is compared like any other). faults may fail
+// patches first.
+func enforceResourceVersion(t *testing.T, client *fake.Clientset, faults *patchFaults) {
 	t.Helper()
 	client.PrependReactor("patch", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		pa := action.(k8stesting.PatchAction)
+		if err := faults.check(pa.GetName()); err != nil {
+			return true, nil, err
+		}
 		var patch struct {
 			Metadata struct {
 				ResourceVersion *string            `json:"resourceVersion"`
@@ -328,5 +368,45 @@ gpushare_plugin_allocate_total{outcome="overcommit"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpushare_plugin_allocate_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A pod the reconciler repairs leaves the candidates at once, before its
+// record is seen: once the record is in the API, the extender may place a pod
+// of the same size on another GPU, and a watch that lags (or a write whose
+// answer was lost) must not let the repaired pod take that pod's call. Here
+// every write of the repaired pod fails, so the plugin never sees its record.
+func TestRepairedPodLeavesCandidatesAtOnce(t *testing.T) {
+	ctx := t.Context()
+	_, sock := startKubeletPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
+	e.patchFaults.set(func(pod string) error {
+		if pod == "started" {
+			return apierrors.NewServiceUnavailable("answer lost")
+		}
+		return nil
+	})
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	started := gpuPod("started", 12, 1, 80)
+	started.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, started, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for e.patchFaults.triesOf("started") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reconciler never tried to record the started pod")
+		}
+		time.Sleep(20 * time.Millisecond) // poll pacing
+	}
+	// A pod of the same size on another GPU, placed once "started" was recorded.
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, gpuPod("next", 12, 2, 80), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Allocate(ctx, reqOn(0, 12))
+	if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+		t.Fatalf("Allocate for next = %v, %v; want GPU 2 (the repaired pod must not take the call)", resp, err)
 	}
 }

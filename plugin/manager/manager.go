@@ -199,8 +199,13 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		})
 	}
-	rc := &reconciler{alloc: alloc, log: m.log.Named("reconcile")}
-	wg.Go(func() { rc.run(ctx) })
+	if alloc.holders != nil {
+		// Without the pod-resources API records follow the plugin's own match,
+		// which may name a pod whose call is still to come; repairing the pod
+		// that really started as well would count that call twice.
+		rc := &reconciler{alloc: alloc, log: m.log.Named("reconcile")}
+		wg.Go(func() { rc.run(ctx) })
+	}
 	if m.cfg.HealthCheck {
 		wg.Add(1)
 		go func() {

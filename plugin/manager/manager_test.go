@@ -95,6 +95,8 @@ type env struct {
 	registered chan struct{}
 	errc       chan error
 	cancel     context.CancelFunc
+	// patchFaults, when set, answers pod patches in its place (see enforceResourceVersion).
+	patchFaults patchFaults
 }
 
 func run(t *testing.T, backend string, mutate func(*manager.Config)) *env {
@@ -114,7 +116,7 @@ func run(t *testing.T, backend string, mutate func(*manager.Config)) *env {
 		registered: make(chan struct{}, 100),
 		errc:       make(chan error, 1),
 	}
-	enforceResourceVersion(t, e.client) // before Run: reactors must not change under a running client
+	enforceResourceVersion(t, e.client, &e.patchFaults) // before Run: reactors must not change under a running client
 	e.kubelet = startFakeKubelet(t, e.dir)
 	cfg := manager.Config{
 		Node: nodeName, Client: e.client, Library: e.lib, DevicePluginDir: e.dir,

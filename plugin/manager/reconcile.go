@@ -89,7 +89,14 @@ func (r *reconciler) pass(ctx context.Context) error {
 }
 
 // repairs computes what pass writes, under the allocator's lock so it reads
-// the same pods and decoded state as Allocate.
+// the same pods and decoded state as Allocate, and marks every repaired
+// container served in memory at once, as Allocate marks what it answers.
+// The status proved them served, and the mark must not wait for the write:
+// once the record is in the API the extender takes the pod out of flight
+// and may place a pod of the same size on another GPU, while this plugin's
+// watch may still show the pod unrecorded (a stalled watch, a lost answer
+// to the write); unmarked, the pod would stay a candidate here and take
+// that pod's call with its own environment.
 func (a *allocator) repairs() []allocate.Repair {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -97,5 +104,11 @@ func (a *allocator) repairs() []allocate.Repair {
 	if n, ok := a.src.Node(); ok {
 		in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
 	}
-	return allocate.Repairs(in)
+	reps := allocate.Repairs(in)
+	for _, rep := range reps {
+		for name, env := range rep.Envs {
+			a.served.Add(rep.Pod.UID, name, env)
+		}
+	}
+	return reps
 }

@@ -34,6 +34,7 @@ var (
 	soakDuration   = flag.Duration("soak", 2*time.Minute, "how long TestSoak churns pods and injects faults")
 	soakSeed       = flag.Uint64("soak-seed", 0, "TestSoak's random seed; 0 picks one from the clock (it is logged)")
 	soakReportFile = flag.String("soak-report", "", "file to write TestSoak's figures to, as JSON")
+	soakDir        = flag.String("soak-dir", "", "directory to keep TestSoak's cluster state and every component's whole log in; empty: a temporary one, removed")
 )
 
 // Soak shape: 96 Node objects without kubelets (the scheduler and the extender at fleet size) and
@@ -155,7 +156,7 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	c := cluster.StartT(t, cluster.Config{NoScheduler: true, Dir: *soakDir})
 	s := &soakBed{
 		t: t, c: c, client: c.Client(), nodes: map[string]*soakNode{}, seed: seed,
 		live: map[string]time.Time{}, bound: map[string]bool{}, ran: map[string]bool{}, refused: map[string]refusal{},
