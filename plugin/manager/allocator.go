@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/plugin/allocate"
@@ -37,6 +38,10 @@ type allocator struct {
 	// mu serialises calls: each decision must see every earlier one in served.
 	mu     sync.Mutex
 	served allocate.Served
+	// proven are the served containers the kubelet's own account confirmed
+	// (the holder of their devices, or their pod's status): no later doubt
+	// about another answer may un-serve them.
+	proven map[types.UID]map[string]bool
 	// memo keeps each pod decoded until its resourceVersion changes.
 	memo *allocate.Memo
 	// metrics counts answers and refusals; nil counts nothing.
@@ -160,6 +165,7 @@ func (a *allocator) refuseAfterWait(units []uint64, err error) error {
 // prune forgets served containers whose pod left the store or whose pod's
 // record already shows them, so memory does not grow with the node's history.
 func (a *allocator) prune(pods []*corev1.Pod) {
+	defer a.pruneProven()
 	if len(a.served) == 0 {
 		return
 	}
@@ -192,8 +198,36 @@ func (a *allocator) prune(pods []*corev1.Pod) {
 	}
 }
 
-// recordLocked writes what container d got on its pod.
+// pruneProven forgets the proofs of containers no longer served in memory.
+func (a *allocator) pruneProven() {
+	for uid, names := range a.proven {
+		for name := range names {
+			if _, ok := a.served[uid][name]; !ok {
+				delete(names, name)
+			}
+		}
+		if len(names) == 0 {
+			delete(a.proven, uid)
+		}
+	}
+}
+
+// prove marks a served container as confirmed by the kubelet.
+func (a *allocator) prove(uid types.UID, container string) {
+	if a.proven == nil {
+		a.proven = map[types.UID]map[string]bool{}
+	}
+	if a.proven[uid] == nil {
+		a.proven[uid] = map[string]bool{}
+	}
+	a.proven[uid][container] = true
+}
+
+// recordLocked writes what container d got on its pod. Every caller has
+// proof that d's container got it (or runs without the pod-resources API,
+// where nothing is ever un-served), so the mark becomes proven.
 func (a *allocator) recordLocked(ctx context.Context, d allocate.Decision) {
+	a.prove(d.Pod.UID, d.Container.Name)
 	if retrying, err := a.rec.record(ctx, d); err != nil {
 		// The environment is right whatever happens to the record, and the
 		// in-memory record keeps this process from serving the container
@@ -313,6 +347,9 @@ func (a *allocator) settleInit(ctx context.Context, p pendingServe, holders map[
 }
 
 func (a *allocator) unserve(d allocate.Decision) {
+	if a.proven[d.Pod.UID][d.Container.Name] {
+		return // the kubelet confirmed this container served by another call
+	}
 	if m := a.served[d.Pod.UID]; m != nil {
 		delete(m, d.Container.Name)
 		if len(m) == 0 {

@@ -410,3 +410,54 @@ func TestRepairedPodLeavesCandidatesAtOnce(t *testing.T) {
 		t.Fatalf("Allocate for next = %v, %v; want GPU 2 (the repaired pod must not take the call)", resp, err)
 	}
 }
+
+// A container the pod's status proved served stays served when another
+// answer, matched to it, turns out to be some other pod's: otherwise it
+// would wait again, and take a later call, though its record may already
+// be in the API (here its writes fail, so the plugin never sees the record).
+func TestProvenContainerStaysServed(t *testing.T) {
+	ctx := t.Context()
+	pr, sock := startPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
+	e.patchFaults.set(func(pod string) error {
+		if pod == "first" {
+			return apierrors.NewServiceUnavailable("answer lost")
+		}
+		return nil
+	})
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	first, second := gpuPod("first", 12, 1, 80), gpuPod("second", 12, 1, 80)
+	second.Annotations[gpushare.AnnotationAssumeTime] = strconv.FormatInt(time.Now().Add(time.Hour).UnixNano(), 10)
+	for _, p := range []*corev1.Pod{first, second} {
+		if _, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The kubelet serves second; the plugin matches first, the older.
+	req := reqOn(0, 12)
+	if _, err := c.Allocate(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// first's own call was answered long ago (before a restart, say): its status shows it running.
+	running := first.DeepCopy()
+	running.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	if _, err := e.client.CoreV1().Pods("default").UpdateStatus(ctx, running, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for e.patchFaults.triesOf("first") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reconciler never tried to record first")
+		}
+		time.Sleep(20 * time.Millisecond) // poll pacing
+	}
+	// Now the kubelet shows the call went to second.
+	pr.hold("default/second/main", req.ContainerRequests[0].DevicesIds)
+	waitAssigned(t, e.client, "second")
+	// Both are served: a third call of that size has no candidate.
+	if resp, err := c.Allocate(ctx, reqOn(2, 12)); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a third call = %v, %v; want FailedPrecondition (first was proven served)", resp, err)
+	}
+}

@@ -108,6 +108,7 @@ func (a *allocator) repairs() []allocate.Repair {
 	for _, rep := range reps {
 		for name, env := range rep.Envs {
 			a.served.Add(rep.Pod.UID, name, env)
+			a.prove(rep.Pod.UID, name)
 		}
 	}
 	return reps
