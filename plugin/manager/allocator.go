@@ -89,41 +89,9 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	// The kubelet admits pods one at a time: the devices of its previous call
 	// are in its pod-resources answer by now, so settle that call first.
 	a.attributeLocked(ctx)
-	deadline := time.Now().Add(a.wait)
-	var decisions []allocate.Decision
-	for {
-		changed := a.src.Changed()
-		pods := a.src.Pods()
-		a.prune(pods)
-		a.memo.Retain(pods)
-		in := allocate.Input{Node: a.node, Inventory: inv, Pods: pods, Served: a.served, Memo: a.memo}
-		if n, ok := a.src.Node(); ok {
-			in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
-		}
-		var err error
-		decisions, err = allocate.Match(in, units)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, allocate.ErrNoMatch) && !errors.Is(err, allocate.ErrOvercommit) {
-			a.metrics.count(outcomeInvalid, len(units))
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		// The kubelet may call before the pod's binding reaches our watch,
-		// and a pod that left a GPU may still look present there.
-		remaining := time.Until(deadline)
-		if remaining <= 0 {
-			return nil, a.refuseAfterWait(units, err)
-		}
-		t := time.NewTimer(remaining)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-		t.Stop()
+	decisions, err := a.match(ctx, inv, units)
+	if err != nil {
+		return nil, err
 	}
 
 	resp := &pluginapi.AllocateResponse{}
@@ -147,6 +115,58 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	a.metrics.count(outcomeAllocated, len(decisions))
 	a.log.Debug("Allocate answered", zap.Duration("took", time.Since(start)))
 	return resp, nil
+}
+
+// match finds the containers a call is for (allocate.Match) on the node's
+// pods, every answer confirmed with a fresh read (fresh.go). It waits up to
+// a.wait for a pod bound a moment ago to reach the cache, or a pod that left
+// to leave it, and matches on a fresh list of the node's pods when the cache
+// has had no match for listAfter and once more before refusing.
+func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units []uint64) ([]allocate.Decision, error) {
+	start := time.Now()
+	deadline := start.Add(a.wait)
+	lists := 0
+	for {
+		changed := a.src.Changed()
+		cached := a.src.Pods()
+		a.prune(cached)
+		a.memo.Retain(cached)
+		in := allocate.Input{Node: a.node, Inventory: inv, Pods: cached, Served: a.served, Memo: a.memo}
+		if n, ok := a.src.Node(); ok {
+			in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
+		}
+		decisions, err := a.matchConfirmed(ctx, in, units)
+		remaining := time.Until(deadline)
+		if err != nil && ((lists == 0 && time.Since(start) >= listAfter) || (remaining <= 0 && lists < 2)) {
+			lists++
+			if listed := a.listPods(ctx); listed != nil {
+				in.Pods = listed
+				decisions, err = a.matchConfirmed(ctx, in, units)
+			}
+		}
+		if err == nil {
+			return decisions, nil
+		}
+		if !errors.Is(err, allocate.ErrNoMatch) && !errors.Is(err, allocate.ErrOvercommit) {
+			a.metrics.count(outcomeInvalid, len(units))
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if remaining <= 0 {
+			return nil, a.refuseAfterWait(units, err)
+		}
+		if lists == 0 {
+			remaining = min(remaining, max(listAfter-time.Since(start), 0))
+		}
+		t := time.NewTimer(remaining)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		t.Stop()
+	}
 }
 
 // refuseAfterWait logs and counts a call refused after waiting, and returns

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +140,20 @@ func (f *patchFaults) triesOf(pod string) int {
 // patches first.
 func enforceResourceVersion(t *testing.T, client *fake.Clientset, faults *patchFaults) {
 	t.Helper()
+	// Creates and updates get a new resourceVersion too, as on the API server,
+	// so a reader can tell a changed pod from the copy it has.
+	var version atomic.Int64
+	version.Store(1000)
+	stamp := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if a, ok := action.(interface{ GetObject() runtime.Object }); ok {
+			if pod, ok := a.GetObject().(*corev1.Pod); ok {
+				pod.ResourceVersion = strconv.FormatInt(version.Add(1), 10)
+			}
+		}
+		return false, nil, nil
+	}
+	client.PrependReactor("create", "pods", stamp)
+	client.PrependReactor("update", "pods", stamp)
 	client.PrependReactor("patch", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		pa := action.(k8stesting.PatchAction)
 		if err := faults.check(pa.GetName()); err != nil {
@@ -172,8 +187,7 @@ func enforceResourceVersion(t *testing.T, client *fake.Clientset, faults *patchF
 				pod.Annotations[k] = *v
 			}
 		}
-		n, _ := strconv.Atoi(pod.ResourceVersion)
-		pod.ResourceVersion = strconv.Itoa(n + 1)
+		pod.ResourceVersion = strconv.FormatInt(version.Add(1), 10)
 		if err := client.Tracker().Update(pa.GetResource(), pod, pa.GetNamespace()); err != nil {
 			return true, nil, err
 		}

@@ -97,6 +97,8 @@ type env struct {
 	cancel     context.CancelFunc
 	// patchFaults, when set, answers pod patches in its place (see enforceResourceVersion).
 	patchFaults patchFaults
+	// podWatches holds the plugin's pod watch events while closed (a stalled watch).
+	podWatches *watchGate
 }
 
 func run(t *testing.T, backend string, mutate func(*manager.Config)) *env {
@@ -116,7 +118,10 @@ func run(t *testing.T, backend string, mutate func(*manager.Config)) *env {
 		registered: make(chan struct{}, 100),
 		errc:       make(chan error, 1),
 	}
-	enforceResourceVersion(t, e.client, &e.patchFaults) // before Run: reactors must not change under a running client
+	// Before Run: reactors must not change under a running client.
+	enforceResourceVersion(t, e.client, &e.patchFaults)
+	e.podWatches = newWatchGate()
+	gatePodWatches(e.client, e.podWatches)
 	e.kubelet = startFakeKubelet(t, e.dir)
 	cfg := manager.Config{
 		Node: nodeName, Client: e.client, Library: e.lib, DevicePluginDir: e.dir,

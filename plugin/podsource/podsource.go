@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -73,14 +74,23 @@ func New(client kubernetes.Interface, node string, logger *zap.Logger) *Source {
 }
 
 // dropManagedFields removes managedFields before objects enter the cache:
-// nothing here reads them and they are often the larger part of a pod. The
-// transform owns the freshly decoded object, so changing it is allowed;
-// objects without managedFields are not written at all.
+// nothing here reads them and they are often the larger part of a pod. It
+// strips a copy: a decoded object would be ours to change, but client-go's
+// fake clientset hands the informer objects it still reads itself, and one
+// node's pods are few enough that the copy costs nothing that matters.
 func dropManagedFields(obj any) (any, error) {
-	if acc, err := meta.Accessor(obj); err == nil && len(acc.GetManagedFields()) > 0 {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return obj, nil
+	}
+	if acc, err := meta.Accessor(ro); err != nil || len(acc.GetManagedFields()) == 0 {
+		return obj, nil
+	}
+	out := ro.DeepCopyObject()
+	if acc, err := meta.Accessor(out); err == nil {
 		acc.SetManagedFields(nil)
 	}
-	return obj, nil
+	return out, nil
 }
 
 // notify wakes every waiter on Changed.
@@ -216,4 +226,33 @@ func (s *Source) PatchPod(ctx context.Context, namespace, name string, uid types
 		return fmt.Errorf("%w: %w", ErrPodReplaced, err)
 	}
 	return err
+}
+
+// Get reads one pod from the API server, bypassing the cache: a quorum read,
+// for when the cache may lag.
+func (s *Source) Get(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	return p, nil
+}
+
+// List reads the node's pods from the API server, bypassing the cache, sorted
+// as Pods sorts them.
+func (s *Source) List(ctx context.Context) ([]*corev1.Pod, error) {
+	l, err := s.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", s.node).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pods of node %s: %w", s.node, err)
+	}
+	out := make([]*corev1.Pod, len(l.Items))
+	for i := range l.Items {
+		out[i] = &l.Items[i]
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return out, nil
 }

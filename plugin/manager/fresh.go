@@ -1,0 +1,104 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/gpushare/gpushare/plugin/allocate"
+)
+
+// The plugin's watch can lag the API server (a stalled or replaying watch).
+// Lagging behind a pod that arrives only delays it; lagging behind a pod that
+// left (refused at admission, deleted, recorded) is dangerous: the extender has
+// seen it leave and may place a pod of the same size on another GPU, whose call
+// the stale pod would then take with its own environment. So every answer is
+// confirmed with a read from the API server, and a call the cache cannot match
+// for a while is matched against a fresh list of the node's pods.
+const (
+	// listAfter is how long a call waits on the cache before listing the node's pods.
+	listAfter = time.Second
+	// readTimeout bounds one read of the API server for a call.
+	readTimeout = 2 * time.Second
+)
+
+// matchConfirmed is allocate.Match on in, every answer confirmed by a fresh
+// read of its pod: a pod that changed since in was taken is replaced by what
+// the API server has (or dropped when gone) and the call matched again. When
+// the API server cannot be read the cached copy stands: the extender cannot
+// place pods without it either. Each pod is read at most once, so it ends.
+func (a *allocator) matchConfirmed(ctx context.Context, in allocate.Input, units []uint64) ([]allocate.Decision, error) {
+	read := map[*corev1.Pod]bool{}
+	for {
+		decisions, err := allocate.Match(in, units)
+		if err != nil {
+			return nil, err
+		}
+		stale := false
+		for _, d := range decisions {
+			if read[d.Pod] {
+				continue
+			}
+			fresh, changed := a.reread(ctx, d.Pod)
+			if fresh != nil {
+				read[fresh] = true
+			}
+			if changed {
+				in.Pods = replacePod(in.Pods, d.Pod, fresh)
+				stale = true
+			}
+		}
+		if !stale {
+			return decisions, nil
+		}
+		a.log.Info("the plugin's watch lags the API server: matching again on fresh reads")
+	}
+}
+
+// reread reads p from the API server and reports whether it differs from p:
+// gone (fresh nil), replaced by another pod of its name, or changed. On a
+// failed read it answers p, unchanged.
+func (a *allocator) reread(ctx context.Context, p *corev1.Pod) (fresh *corev1.Pod, changed bool) {
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	got, err := a.src.Get(rctx, p.Namespace, p.Name)
+	switch {
+	case apierrors.IsNotFound(err), err == nil && got.UID != p.UID:
+		return nil, true
+	case err != nil:
+		a.log.Debug("cannot confirm an Allocate answer with the API server; answering from the cache", zap.Error(err))
+		return p, false
+	case got.ResourceVersion != p.ResourceVersion:
+		return got, true
+	}
+	return p, false
+}
+
+// replacePod returns pods with old replaced by fresh, or removed when fresh is nil.
+func replacePod(pods []*corev1.Pod, old, fresh *corev1.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(pods))
+	for _, p := range pods {
+		switch {
+		case p != old:
+			out = append(out, p)
+		case fresh != nil:
+			out = append(out, fresh)
+		}
+	}
+	return out
+}
+
+// listPods reads the node's pods from the API server; nil when it cannot.
+func (a *allocator) listPods(ctx context.Context) []*corev1.Pod {
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	pods, err := a.src.List(rctx)
+	if err != nil {
+		a.log.Warn("cannot list the node's pods from the API server", zap.Error(err))
+		return nil
+	}
+	return pods
+}

@@ -1,0 +1,113 @@
+package manager_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/manager"
+)
+
+// watchGate holds the pod watch events of the fake clientset while closed,
+// as a stalled watch would, and lets them through in order when opened.
+type watchGate struct {
+	mu   sync.Mutex
+	open chan struct{} // closed while the gate is open
+}
+
+func newWatchGate() *watchGate {
+	g := &watchGate{open: make(chan struct{})}
+	close(g.open)
+	return g
+}
+
+// hold stalls every pod watch from now on.
+func (g *watchGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		g.open = make(chan struct{})
+	default:
+	}
+}
+
+// release lets the held events through.
+func (g *watchGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+func (g *watchGate) opened() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
+}
+
+// gatePodWatches routes the fake clientset's pod watches through g.
+func gatePodWatches(client *fake.Clientset, g *watchGate) {
+	client.PrependWatchReactor("pods", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		inner, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		out := watch.NewFake()
+		go func() {
+			defer out.Stop()
+			for ev := range inner.ResultChan() {
+				<-g.opened()
+				out.Action(ev.Type, ev.Object)
+			}
+		}()
+		return true, out, nil
+	})
+}
+
+// A watch that lags behind a pod that left must not let that pod take
+// another pod's call: the plugin's cache holds "left" in flight on GPU 1
+// while the API server has it Failed, and "next", of the same size on
+// GPU 2, exists only in the API server. The call is next's: it must get
+// GPU 2, found by a fresh read and a fresh list, not left's GPU 1.
+func TestStaleCacheNeverAnswersForAPodThatLeft(t *testing.T) {
+	ctx := t.Context()
+	_, sock := startPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) {
+		c.PodResourcesSocket = sock
+		c.AllocateWait = 5 * time.Second
+		if _, err := c.Client.CoreV1().Pods("default").Create(ctx, gpuPod("left", 12, 1, 80), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	e.podWatches.hold()
+	defer e.podWatches.release()
+	// left is refused at admission (as the soak saw: its call came while the watch was stalled).
+	refused, err := e.client.CoreV1().Pods("default").Get(ctx, "left", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused.Status.Phase, refused.Status.Reason = corev1.PodFailed, "UnexpectedAdmissionError"
+	if _, err := e.client.CoreV1().Pods("default").UpdateStatus(ctx, refused, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, gpuPod("next", 12, 2, 80), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Allocate(ctx, reqOn(0, 12))
+	if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+		t.Fatalf("Allocate for next = %v, %v; want GPU 2 from the API server, not the deleted pod's GPU 1", resp, err)
+	}
+}
