@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -362,6 +363,21 @@ func TestNewRequest(t *testing.T) {
 	r, err := NewRequest(pod)
 	if err != nil || r.Units != 9 || len(r.Containers) != 3 || r.Pod != "ns/p" {
 		t.Fatalf("NewRequest = %+v, %v", r, err)
+	}
+	reqs, err := gpushare.ContainerRequests(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RequestOf("ns/p", reqs); !reflect.DeepEqual(got, r) {
+		t.Fatalf("RequestOf = %+v, NewRequest = %+v", got, r)
+	}
+	// A sidecar runs beside the regular containers: 2+3+7.
+	sidecar := []gpushare.ContainerRequest{{Name: "s", Init: true, Sidecar: true, Units: 2}, {Name: "a", Units: 3}, {Name: "b", Index: 1, Units: 7}}
+	if got := RequestOf("ns/p", sidecar); got.Units != 12 || got.Pod != "ns/p" || len(got.Containers) != 3 {
+		t.Fatalf("RequestOf with a sidecar = %+v", got)
+	}
+	if got := RequestOf("ns/p", nil); got.Units != 0 || got.Containers != nil {
+		t.Fatalf("RequestOf(nil) = %+v", got)
 	}
 	pod.Spec.Containers[0].Resources.Limits = q("-1")
 	if _, err := NewRequest(pod); err == nil {

@@ -113,7 +113,14 @@ func NewRequest(pod *corev1.Pod) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	return Request{Pod: pod.Namespace + "/" + pod.Name, Containers: reqs, Units: gpushare.PodUnits(reqs)}, nil
+	return RequestOf(pod.Namespace+"/"+pod.Name, reqs), nil
+}
+
+// RequestOf builds the Request of pod (namespace/name) from its container
+// requests as gpushare.ContainerRequests returns them, for callers that
+// keep those instead of the pod. Containers is used as is, not copied.
+func RequestOf(pod string, containers []gpushare.ContainerRequest) Request {
+	return Request{Pod: pod, Containers: containers, Units: gpushare.PodUnits(containers)}
 }
 
 // regular counts the regular containers that ask for gpu-mem.

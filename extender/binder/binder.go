@@ -105,19 +105,19 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	if err != nil {
 		return err
 	}
-	r, err := allocator.NewRequest(pod)
+	r, err := pod.Request()
 	if err != nil {
 		return fmt.Errorf("bind pod %s: %w", key, err)
 	}
-	if pod.Spec.NodeName != "" {
+	if pod.NodeName != "" {
 		// A retry of a bind that did succeed (the scheduler's request timed
 		// out after we answered): succeed again only if it is the same bind.
-		if pod.Spec.NodeName == args.Node {
+		if pod.NodeName == args.Node {
 			if _, ok, err := gpushare.DecodePodAssignment(pod.Annotations); r.Units == 0 || (ok && err == nil) {
 				return nil
 			}
 		}
-		return fmt.Errorf("pod %s is already bound to node %s", key, pod.Spec.NodeName)
+		return fmt.Errorf("pod %s is already bound to node %s", key, pod.NodeName)
 	}
 	if r.Units == 0 {
 		return b.bindNoGPU(ctx, pod, args)
@@ -157,7 +157,7 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 
 // bindNoGPU binds a pod that asks for gpu-mem: 0: nothing to place, charge
 // or record, but the scheduler still hands us its bind.
-func (b *Binder) bindNoGPU(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs) error {
+func (b *Binder) bindNoGPU(ctx context.Context, pod *cache.PodRecord, args extenderv1.ExtenderBindingArgs) error {
 	binding, err := b.binding(pod, args, nil)
 	if err != nil {
 		return err
@@ -179,7 +179,7 @@ func (b *Binder) bindNoGPU(ctx context.Context, pod *corev1.Pod, args extenderv1
 // definite answer: it may have been committed before the answer was lost.
 // The API server is asked; only what it shows decides, and when it cannot be
 // asked the charge stays, since the pod may be running on the memory.
-func (b *Binder) resolve(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, bindErr error) error {
+func (b *Binder) resolve(ctx context.Context, pod *cache.PodRecord, args extenderv1.ExtenderBindingArgs, bindErr error) error {
 	key := pod.Namespace + "/" + pod.Name
 	live, gerr := b.readBack(ctx, pod)
 	switch outcome(pod.UID, args.Node, live, gerr) {
@@ -204,7 +204,7 @@ func (b *Binder) resolve(ctx context.Context, pod *corev1.Pod, args extenderv1.E
 // that succeeded, or a pod listed at takeover, is the same bind: success. A
 // charge from a bind whose outcome is unknown is checked with the API server
 // first, so the scheduler is never told a pod is bound when it is not.
-func (b *Binder) retried(ctx context.Context, pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, bound *cache.BoundError) error {
+func (b *Binder) retried(ctx context.Context, pod *cache.PodRecord, args extenderv1.ExtenderBindingArgs, bound *cache.BoundError) error {
 	if !bound.Unverified {
 		return nil
 	}
@@ -225,7 +225,7 @@ func (b *Binder) retried(ctx context.Context, pod *corev1.Pod, args extenderv1.E
 // readBack reads the pod from the API server under a deadline of its own,
 // detached from the scheduler's request: the answer decides whether a charge
 // stays, so it must not be lost to the scheduler giving up.
-func (b *Binder) readBack(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+func (b *Binder) readBack(ctx context.Context, pod *cache.PodRecord) (*corev1.Pod, error) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.VerifyTimeout)
 	defer cancel()
 	return b.cfg.Client.CoreV1().Pods(pod.Namespace).Get(gctx, pod.Name, metav1.GetOptions{})
@@ -273,9 +273,10 @@ func Rejected(err error) bool {
 	return code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
 }
 
-// pod returns the pod from the informer, or from the API server when the
-// informer has not seen it yet or holds an older pod of the same name.
-func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
+// pod returns the informer's record of the pod, or the record of the API
+// server's pod when the informer has not seen it yet or holds an older pod of
+// the same name.
+func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*cache.PodRecord, error) {
 	if p, ok := b.cfg.Cache.Pod(namespace, name); ok && p.UID == uid {
 		return p, nil
 	}
@@ -286,7 +287,7 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 	if p.UID != uid {
 		return nil, fmt.Errorf("%w: pod %s/%s has UID %s, the request names %s", ErrUIDMismatch, namespace, name, p.UID, uid)
 	}
-	return p, nil
+	return cache.RecordOf(p), nil
 }
 
 // binding builds the Binding carrying the annotations. The API server merges
@@ -295,7 +296,7 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 // and a POST, and no pod is ever seen annotated but unbound, or bound without
 // its GPU. The Binding's UID is a precondition: if the name now belongs to
 // another pod, the API server refuses it. A nil a binds without annotations.
-func (b *Binder) binding(pod *corev1.Pod, args extenderv1.ExtenderBindingArgs, a *cache.Assumption) (*corev1.Binding, error) {
+func (b *Binder) binding(pod *cache.PodRecord, args extenderv1.ExtenderBindingArgs, a *cache.Assumption) (*corev1.Binding, error) {
 	key := pod.Namespace + "/" + pod.Name
 	var annotations map[string]string
 	if a != nil {
@@ -344,7 +345,7 @@ func detach(ctx context.Context, timeout time.Duration) (context.Context, contex
 // replaced with the truth: the placement's allocation, and an empty record. A
 // split pod's index names no GPU of its own (its allocation does); a stale one
 // is replaced by the pod's lowest GPU so it never names a GPU the pod is not on.
-func overwriteStale(pod *corev1.Pod, a cache.Assumption, annotations map[string]string) error {
+func overwriteStale(pod *cache.PodRecord, a cache.Assumption, annotations map[string]string) error {
 	if _, stale := pod.Annotations[gpushare.AnnotationGPUIndex]; stale && a.Placement.Split {
 		if _, set := annotations[gpushare.AnnotationGPUIndex]; !set {
 			gpus := slices.Sorted(maps.Values(a.Placement.Containers))

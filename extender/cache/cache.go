@@ -155,9 +155,10 @@ func New(cfg Config) (*Cache, error) {
 				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 			).String()
 		}),
-		// The store keeps only what the cache and the binder read (trim.go).
-		informers.WithTransform(trimPod))
-	nodeFactory := informers.NewSharedInformerFactory(cfg.Client, 0)
+		// The store keeps a PodRecord per pod, not the pod (record.go): use
+		// Cache.Pod, never the typed lister.
+		informers.WithTransform(compactPod))
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTransform(trimNode))
 	cmFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(gpushare.UnhealthyConfigMapNamespace))
 	c.factories = []informers.SharedInformerFactory{podFactory, nodeFactory, cmFactory}
 	c.podInformer = podFactory.Core().V1().Pods().Informer()
@@ -223,14 +224,13 @@ func (c *Cache) WaitForSync(ctx context.Context) bool {
 	return toolscache.WaitForCacheSync(ctx.Done(), c.synced...)
 }
 
-// Pod returns the informer's copy of a pod; callers must not modify it.
-func (c *Cache) Pod(namespace, name string) (*corev1.Pod, bool) {
+// Pod returns the informer's record of a pod; callers must not modify it.
+func (c *Cache) Pod(namespace, name string) (*PodRecord, bool) {
 	obj, ok, err := c.podInformer.GetStore().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil, false
 	}
-	pod, ok := obj.(*corev1.Pod)
-	return pod, ok
+	return recordOf(obj)
 }
 
 // Node returns the snapshot of one node; ok is false for a node the cache
@@ -306,8 +306,8 @@ type Assumption struct {
 // charges it there at once (state Assumed). The caller must follow with
 // FinishBinding after a successful bind, Forget after a failed one, or
 // BindOutcomeUnknown when it cannot tell.
-func (c *Cache) Assume(pod *corev1.Pod, node string, policy allocator.Policy) (Assumption, error) {
-	r, err := allocator.NewRequest(pod)
+func (c *Cache) Assume(pod *PodRecord, node string, policy allocator.Policy) (Assumption, error) {
+	r, err := pod.Request()
 	if err != nil {
 		return Assumption{}, err
 	}
@@ -386,7 +386,7 @@ func objectOf(obj any) any {
 }
 
 func (c *Cache) upsertPod(obj any) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := recordOf(obj)
 	if !ok {
 		return
 	}
@@ -398,11 +398,11 @@ func (c *Cache) upsertPod(obj any) {
 		// Until the binder's Binding lands the informer still sees the pod
 		// unbound; keep the assumption until the bind lands or is forgotten.
 		// A listed pod's older, unbound versions may still be on their way too.
-		if had && (old.assumed || old.listed) && pod.Spec.NodeName == "" && !finished(pod) {
+		if had && (old.assumed || old.listed) && pod.NodeName == "" && !finished(pod.Phase) {
 			return
 		}
 		if reason != "" {
-			c.log.Warn("pod not charged", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", pod.Spec.NodeName), zap.String("reason", reason))
+			c.log.Warn("pod not charged", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", pod.NodeName), zap.String("reason", reason))
 		}
 		if had {
 			c.removeLocked(old)
@@ -416,7 +416,7 @@ func (c *Cache) upsertPod(obj any) {
 }
 
 func (c *Cache) deletePod(obj any) {
-	pod, ok := objectOf(obj).(*corev1.Pod)
+	pod, ok := recordOf(objectOf(obj))
 	if !ok {
 		return
 	}
@@ -427,18 +427,18 @@ func (c *Cache) deletePod(obj any) {
 	}
 }
 
-// finished reports whether a pod's containers are gone for good.
-func finished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+// finished reports whether a pod in phase has its containers gone for good.
+func finished(phase corev1.PodPhase) bool {
+	return phase == corev1.PodSucceeded || phase == corev1.PodFailed
 }
 
 // podStateOf reads a confirmed pod's charge from its annotations; nil when
 // the pod holds no GPU, with a reason when it should and cannot be read.
-func (c *Cache) podStateOf(pod *corev1.Pod) (*podState, string) {
-	if pod.Spec.NodeName == "" || finished(pod) {
+func (c *Cache) podStateOf(pod *PodRecord) (*podState, string) {
+	if pod.NodeName == "" || finished(pod.Phase) {
 		return nil, ""
 	}
-	r, err := allocator.NewRequest(pod)
+	r, err := pod.Request()
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -463,7 +463,7 @@ func (c *Cache) podStateOf(pod *corev1.Pod) (*podState, string) {
 		podUnits = r.Units
 	}
 	return &podState{
-		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName,
+		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: pod.NodeName,
 		req: r, placement: p, charges: allocator.Charges(r, p), podUnits: podUnits,
 		inFlight: !a.Assigned,
 	}, ""

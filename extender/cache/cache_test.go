@@ -300,25 +300,25 @@ func TestRebuildFromAnnotations(t *testing.T) {
 func TestAssume(t *testing.T) {
 	f := start(t, Node("n1", 32, 2, nil))
 	pod := Pod("p", "", -1, false, 10)
-	got, err := f.cache.Assume(pod, "n1", allocator.BestFit)
+	got, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit)
 	if err != nil || got.Placement.Home != 0 {
 		t.Fatalf("Assume = %+v, %v", got, err)
 	}
 	f.waitUsed("n1", 10, 0)
 	// The next pod sees the capacity taken and goes to GPU 1. (A second
 	// 10-unit pod would be held back: p is in flight with that size on GPU 0.)
-	if got, err := f.cache.Assume(Pod("q", "", -1, false, 9), "n1", allocator.BestFit); err != nil || got.Placement.Home != 1 {
+	if got, err := f.cache.Assume(RecordOf(Pod("q", "", -1, false, 9)), "n1", allocator.BestFit); err != nil || got.Placement.Home != 1 {
 		t.Fatalf("second Assume = %+v, %v", got, err)
 	}
 	// A third does not fit: an *Unfit, and nothing charged.
 	var unfit *allocator.Unfit
-	if _, err := f.cache.Assume(Pod("r", "", -1, false, 8), "n1", allocator.BestFit); !errors.As(err, &unfit) {
+	if _, err := f.cache.Assume(RecordOf(Pod("r", "", -1, false, 8)), "n1", allocator.BestFit); !errors.As(err, &unfit) {
 		t.Fatalf("third Assume err = %v", err)
 	}
 	f.waitUsed("n1", 10, 9)
 	f.cache.Forget(types.UID("uid-q"))
 	f.waitUsed("n1", 10, 0)
-	if _, err := f.cache.Assume(pod, "nope", allocator.BestFit); !errors.Is(err, ErrUnknownNode) {
+	if _, err := f.cache.Assume(RecordOf(pod), "nope", allocator.BestFit); !errors.Is(err, ErrUnknownNode) {
 		t.Fatalf("unknown node err = %v", err)
 	}
 
@@ -338,7 +338,7 @@ func TestAssume(t *testing.T) {
 		t.Fatalf("a confirmed pod is due for verification: %+v", got)
 	}
 	f.waitUsed("n1", 10, 0)
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.Is(err, ErrAlreadyBound) {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); !errors.Is(err, ErrAlreadyBound) {
 		t.Fatalf("re-assume of a bound pod err = %v", err)
 	}
 }
@@ -346,7 +346,7 @@ func TestAssume(t *testing.T) {
 func TestAssumedSurvivesAnnotatedUnboundUpdate(t *testing.T) {
 	f := start(t, Node("n1", 32, 2, nil))
 	pod := Pod("p", "", -1, false, 10)
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); err != nil {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); err != nil {
 		t.Fatal(err)
 	}
 	// The binder's PATCH lands before its Binding: annotated, not yet bound.
@@ -394,14 +394,14 @@ func TestNodeDeletedKeepsPodCharges(t *testing.T) {
 func TestAssumeRetriedBind(t *testing.T) {
 	f := start(t, Node("n1", 32, 2, nil))
 	pod := Pod("p", "", -1, false, 10)
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); err != nil {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.Is(err, ErrBindInProgress) {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); !errors.Is(err, ErrBindInProgress) {
 		t.Fatalf("retry during the bind: err = %v; want ErrBindInProgress", err)
 	}
 	f.cache.FinishBinding(pod.UID)
-	_, err := f.cache.Assume(pod, "n1", allocator.BestFit)
+	_, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit)
 	var bound *BoundError
 	if !errors.As(err, &bound) || bound.Node != "n1" || !errors.Is(err, ErrAlreadyBound) {
 		t.Fatalf("retry after the bind: err = %v; want a BoundError naming n1", err)

@@ -21,7 +21,7 @@ import (
 func (c *Cache) CatchUp(pods []corev1.Pod) int {
 	states := make([]*podState, 0, len(pods))
 	for i := range pods {
-		if ps, _ := c.podStateOf(&pods[i]); ps != nil {
+		if ps, _ := c.podStateOf(RecordOf(&pods[i])); ps != nil {
 			states = append(states, ps)
 		}
 	}

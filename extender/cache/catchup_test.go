@@ -46,7 +46,7 @@ func TestCatchUp(t *testing.T) {
 
 	// A listed pod is bound: a bind for it is refused and Forget leaves it.
 	late := Pod("late", "", -1, false, 8)
-	if _, err := f.cache.Assume(late, "n1", allocator.BestFit); !errors.Is(err, ErrAlreadyBound) {
+	if _, err := f.cache.Assume(RecordOf(late), "n1", allocator.BestFit); !errors.Is(err, ErrAlreadyBound) {
 		t.Fatalf("Assume of a listed pod err = %v, want ErrAlreadyBound", err)
 	}
 	f.cache.Forget(late.UID)

@@ -49,6 +49,7 @@
 // cache lock is never held across an API call: the binder assumes,
 // releases, then talks to the API server; verification reads outside it.
 //
-// The pod informer's store keeps trimmed pods (trim.go): only what the cache
-// and the binder read.
+// The pod informer's store keeps a PodRecord per pod, not the pod
+// (record.go), and the node informer's store trimmed nodes (trim.go): only
+// what the cache and the binder read.
 package cache

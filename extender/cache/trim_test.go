@@ -1,210 +1,136 @@
 package cache
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
-// fullPod is a bound pod as the API server returns it: managed fields,
-// kubectl's last-applied annotation, environment, volumes, probes, a
-// sidecar and an init container asking for gpu-mem, and a status.
-func fullPod(name, node string) *corev1.Pod {
-	p := Pod(name, node, -1, false, 4, 0)
-	a, err := gpushare.PodAssignment{GPUIndex: 1, PodUnits: 6, DevUnits: 16, AssumeTime: 1}.Encode()
-	if err != nil {
-		panic(err)
-	}
-	p.Annotations = a
-	always := corev1.ContainerRestartPolicyAlways
+// fullNode is a GPU node as the API server returns it: labels, managed
+// fields, other annotations, CPU and memory resources, conditions,
+// addresses, system info and 40 cached images.
+func fullNode(name string) *corev1.Node {
+	n := Node(name, 640, 8, &gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{{Index: 0, Units: 80, Healthy: true}, {Index: 1, Units: 80}}})
 	now := metav1.Now()
-	p.ResourceVersion = "12345"
-	p.Labels = map[string]string{"app": "train", "pod-template-hash": "5d8f7c9b6d"}
-	p.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"apiVersion":"v1","kind":"Pod","spec":{"containers":[]}}`
-	p.Annotations[gpushare.AnnotationContainerEnv] = "{}"
-	p.GenerateName = name[:1] + "-"
-	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "train-5d8f7c9b6d", UID: "rs"}}
-	p.ManagedFields = []metav1.ManagedFieldsEntry{{
-		Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{}}}}`)},
-	}}
-	p.CreationTimestamp = now
-	for i := range p.Spec.Containers {
-		c := &p.Spec.Containers[i]
-		c.Image = "registry.example.com/train:v1"
-		c.Command = []string{"python", "train.py"}
-		c.Env = []corev1.EnvVar{{Name: "EPOCHS", Value: "10"}}
-		c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
-		c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
-		c.Resources.Limits[corev1.ResourceCPU] = resource.MustParse("2")
-		c.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+	n.UID, n.ResourceVersion, n.CreationTimestamp = "uid-node", "777", now
+	n.Labels = map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "p4d.24xlarge", "gpushare": "true"}
+	n.Annotations["node.alpha.kubernetes.io/ttl"] = "0"
+	n.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"] = "true"
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{".":{}},"f:images":{}}}`)}}}
+	n.Spec.PodCIDR = "10.244.1.0/24"
+	n.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}
+	for _, l := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+		l[corev1.ResourceCPU] = resource.MustParse("96")
+		l[corev1.ResourceMemory] = resource.MustParse("1152Gi")
+		l[corev1.ResourcePods] = resource.MustParse("110")
+		l[corev1.ResourceEphemeralStorage] = resource.MustParse("7Ti")
 	}
-	p.Spec.Containers[1].Resources.Requests[gpushare.ResourceName] = resource.MustParse("0")
-	p.Spec.InitContainers = []corev1.Container{
-		{Name: "fetch", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{gpushare.ResourceName: resource.MustParse("6")}}},
-		{Name: "sidecar", Image: "envoy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpushare.ResourceName: resource.MustParse("1")}}},
+	for _, c := range []corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: c, Status: corev1.ConditionFalse,
+			LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KubeletHasSufficient" + string(c), Message: "kubelet has sufficient " + string(c)})
 	}
-	p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	p.Spec.SchedulerName = "default-scheduler"
-	p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
-	p.DeletionTimestamp = &now
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c0", Ready: true, Image: "registry.example.com/train:v1"}}
-	p.Status.PodIP = "10.0.0.7"
-	return p
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.1.7"}, {Type: corev1.NodeHostName, Address: name}}
+	n.Status.NodeInfo = corev1.NodeSystemInfo{MachineID: "0123456789abcdef", KernelVersion: "6.8.0", OSImage: "Ubuntu 24.04", ContainerRuntimeVersion: "containerd://2.0.0", KubeletVersion: "v1.37.2"}
+	for i := range 40 {
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{SizeBytes: 1 << 30, Names: []string{
+			fmt.Sprintf("registry.example.com/team/image-%02d@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", i),
+			fmt.Sprintf("registry.example.com/team/image-%02d:v1.2.3", i),
+		}})
+	}
+	return n
 }
 
-func TestTrimPod(t *testing.T) {
-	full := fullPod("p", "n1")
-	obj, err := trimPod(full.DeepCopy())
+func TestTrimNode(t *testing.T) {
+	full := fullNode("n1")
+	obj, err := trimNode(full.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := obj.(*corev1.Pod)
-
-	// What every reader uses is the same on the trimmed pod.
-	wantReq, err := allocator.NewRequest(full)
-	if err != nil {
-		t.Fatal(err)
+	got := obj.(*corev1.Node)
+	log := zap.NewNop()
+	wantGPUs, wantShare := layout(full, log)
+	if gotGPUs, gotShare := layout(got, log); len(wantGPUs) != 2 || !wantShare || !reflect.DeepEqual(gotGPUs, wantGPUs) || gotShare != wantShare {
+		t.Fatalf("layout of the trimmed node %+v %v, want %+v %v", gotGPUs, gotShare, wantGPUs, wantShare)
 	}
-	if gotReq, err := allocator.NewRequest(got); err != nil || !reflect.DeepEqual(gotReq, wantReq) {
-		t.Fatalf("request of the trimmed pod %+v, %v; want %+v", gotReq, err, wantReq)
+	gpu := corev1.ResourceList{gpushare.ResourceName: resource.MustParse("640"), gpushare.ResourceCount: resource.MustParse("8")}
+	want := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: full.UID, ResourceVersion: "777",
+			Annotations: map[string]string{gpushare.AnnotationNodeGPUs: full.Annotations[gpushare.AnnotationNodeGPUs]}},
+		Status: corev1.NodeStatus{Allocatable: gpu},
 	}
-	if wantReq.Units != 6 || len(wantReq.Containers) != 3 {
-		t.Fatalf("the test pod's request %+v: want 6 units (the init peak) in 3 containers", wantReq)
+	if !equalNodes(got, want) {
+		t.Fatalf("trimmed node\n%+v\nwant\n%+v", got, want)
 	}
-	c := &Cache{}
-	wantState, _ := c.podStateOf(full)
-	gotState, _ := c.podStateOf(got)
-	if wantState == nil || !reflect.DeepEqual(gotState, wantState) {
-		t.Fatalf("charge of the trimmed pod %+v, want %+v", gotState, wantState)
+	// Capacity is kept where allocatable lacks an amount, and read then.
+	partial := full.DeepCopy()
+	delete(partial.Status.Allocatable, gpushare.ResourceCount)
+	delete(partial.Annotations, gpushare.AnnotationNodeGPUs)
+	obj, _ = trimNode(partial)
+	if n := obj.(*corev1.Node); len(n.Status.Capacity) != 1 || len(n.Status.Allocatable) != 1 {
+		t.Fatalf("capacity %v, allocatable %v: want the count from capacity, the memory from allocatable", n.Status.Capacity, n.Status.Allocatable)
 	}
-	if got.Name != "p" || got.Namespace != "default" || got.UID != full.UID || got.ResourceVersion != "12345" ||
-		got.DeletionTimestamp == nil || got.Spec.NodeName != "n1" || got.Status.Phase != corev1.PodRunning {
-		t.Fatalf("identity, node or phase lost: %+v", got)
+	if g, s := layout(obj.(*corev1.Node), log); !s || len(g) != 8 || g[7].Units != 80 {
+		t.Fatalf("layout from allocatable memory and capacity count: %+v %v", g, s)
 	}
-	for _, k := range []string{gpushare.AnnotationGPUIndex, gpushare.AnnotationPodUnits, gpushare.AnnotationDevUnits,
-		gpushare.AnnotationAssumeTime, gpushare.AnnotationContainerEnv} {
-		if got.Annotations[k] != full.Annotations[k] {
-			t.Errorf("annotation %s = %q, want %q", k, got.Annotations[k], full.Annotations[k])
-		}
+	// The count fallback (no annotation) reads the same too.
+	bare := Node("n2", 64, 4, nil)
+	obj, _ = trimNode(bare.DeepCopy())
+	if g, s := layout(obj.(*corev1.Node), log); !s || len(g) != 4 || g[3].Units != 16 || obj.(*corev1.Node).Annotations != nil {
+		t.Fatalf("fallback layout %+v %v of %+v", g, s, obj)
 	}
-	if len(got.Spec.Containers) != 2 || got.Spec.Containers[1].Name != "c1" || len(got.Spec.InitContainers) != 2 ||
-		got.Spec.InitContainers[1].RestartPolicy == nil {
-		t.Fatalf("containers not kept in order with their names and restart policies: %+v", got.Spec)
+	// A node without GPUs keeps nothing of its resources.
+	obj, _ = trimNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}, Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}}})
+	if n := obj.(*corev1.Node); n.Status.Capacity != nil || n.Status.Allocatable != nil || n.Name != "cpu" {
+		t.Fatalf("CPU node trimmed to %+v", n)
 	}
-
-	// What nobody reads is gone.
-	if got.ManagedFields != nil || got.Labels != nil || got.OwnerReferences != nil || got.GenerateName != "" {
-		t.Errorf("metadata kept: %+v", got.ObjectMeta)
+	// Idempotent; anything else passes untouched.
+	if again, _ := trimNode(got.DeepCopy()); !equalNodes(again.(*corev1.Node), got) {
+		t.Errorf("trimming twice differs: %+v", again)
 	}
-	if _, ok := got.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; ok {
-		t.Error("last-applied-configuration kept")
-	}
-	if got.Spec.Volumes != nil || got.Spec.Tolerations != nil || got.Spec.SchedulerName != "" {
-		t.Errorf("spec kept: %+v", got.Spec)
-	}
-	for _, ctr := range append(got.Spec.InitContainers, got.Spec.Containers...) {
-		if ctr.Image != "" || ctr.Command != nil || ctr.Env != nil || ctr.VolumeMounts != nil || ctr.LivenessProbe != nil {
-			t.Errorf("container %s kept more than its name, gpu-mem and restart policy: %+v", ctr.Name, ctr)
-		}
-		if len(ctr.Resources.Limits)+len(ctr.Resources.Requests) > 1 {
-			t.Errorf("container %s kept more than the gpu-mem amount that counts: %+v", ctr.Name, ctr.Resources)
-		}
-	}
-	if !reflect.DeepEqual(got.Status, corev1.PodStatus{Phase: corev1.PodRunning}) {
-		t.Errorf("status kept: %+v", got.Status)
-	}
-
-	// Idempotent, as client-go requires: a tombstone's object may come again.
-	again, _ := trimPod(got.DeepCopy())
-	if !reflect.DeepEqual(again, got) {
-		t.Errorf("trimming twice differs:\n%+v\n%+v", again, got)
-	}
-	// Anything but a pod passes untouched.
-	tomb := toolscache.DeletedFinalStateUnknown{Key: "default/p", Obj: full}
-	if out, err := trimPod(tomb); err != nil || !reflect.DeepEqual(out, tomb) {
+	tomb := toolscache.DeletedFinalStateUnknown{Key: "n1", Obj: full}
+	if out, err := trimNode(tomb); err != nil || !reflect.DeepEqual(out, tomb) {
 		t.Errorf("tombstone changed: %+v, %v", out, err)
 	}
-	bare := &corev1.Pod{}
-	if out, err := trimPod(bare); err != nil || !reflect.DeepEqual(out, &corev1.Pod{}) {
-		t.Errorf("empty pod: %+v, %v", out, err)
+}
+
+// equalNodes compares nodes by their JSON: quantities parsed and built
+// differ in their cached strings, not in what they say.
+func equalNodes(a, b *corev1.Node) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && string(ja) == string(jb)
+}
+
+// The informer's store holds trimmed nodes, and the view is read from them.
+func TestInformerTrimsNodes(t *testing.T) {
+	f := start(t, fullNode("n1"))
+	f.waitUsed("n1", 0, 0)
+	obj, ok, err := f.cache.nodeInformer.GetStore().GetByKey("n1")
+	if err != nil || !ok {
+		t.Fatalf("node not in the store: %v", err)
+	}
+	if n := obj.(*corev1.Node); n.Status.Images != nil || n.Labels != nil || len(n.Status.Allocatable) != 2 {
+		t.Fatalf("stored node not trimmed: %+v", n)
 	}
 }
 
-// The informer's store holds trimmed pods; the API server's copy (the fake
-// clientset's) is untouched, and the binder's reads still work.
-func TestInformerTrimsPods(t *testing.T) {
-	full := fullPod("p", "n1")
-	full.DeletionTimestamp = nil
-	f := start(t, Node("n1", 64, 4, nil), full)
-	f.waitUsed("n1", 0, 6, 0, 0)
-	got, ok := f.cache.Pod("default", "p")
-	if !ok || got.ManagedFields != nil || got.Spec.Containers[0].Env != nil || got.Annotations[gpushare.AnnotationGPUIndex] != "1" {
-		t.Fatalf("informer pod %+v, %v; want it trimmed, with the assignment", got, ok)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	api, err := f.client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
-	if err != nil || api.ManagedFields == nil || api.Spec.Containers[0].Env == nil {
-		t.Fatalf("the API server's copy changed: %+v, %v", api, err)
-	}
-}
-
-// benchPod is a typical pod of a GPU job as the API server returns it: one
-// container asking for gpu-mem, a log shipper, an init container, five
-// managed-fields entries, kubectl's last-applied annotation and a status.
-func benchPod() *corev1.Pod {
-	p := fullPod("p", "node-00000")
-	p.DeletionTimestamp = nil
-	p.Spec.InitContainers = p.Spec.InitContainers[:1]
-	p.Spec.InitContainers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}
-	delete(p.Spec.Containers[1].Resources.Limits, gpushare.ResourceName)
-	delete(p.Spec.Containers[1].Resources.Requests, gpushare.ResourceName)
-	p.Spec.Containers[1].Name = "log-shipper"
-	last, err := json.Marshal(p.Spec)
-	if err != nil {
-		panic(err)
-	}
-	p.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = string(last)
-	for _, c := range p.Spec.Containers {
-		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Ready: true, Image: c.Image, ImageID: "registry.example.com/train@sha256:0123456789abcdef0123456789abcdef",
-			ContainerID: "containerd://0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-		})
-	}
-	for i := range 5 { // kube-controller-manager, kubelet, the scheduler, kubectl, an operator
-		e := p.ManagedFields[0]
-		e.Manager = fmt.Sprintf("manager-%d", i)
-		fields := `{"f:spec":{"f:containers":{`
-		for j := range 30 { // about 700 bytes, as a real entry
-			fields += fmt.Sprintf(`"f:field%02d":{},`, j)
-		}
-		e.FieldsV1 = &metav1.FieldsV1{Raw: []byte(fields + `".":{}}}}`)}
-		p.ManagedFields = append(p.ManagedFields, e)
-	}
-	return p
-}
-
-// BenchmarkPodStoreMemory reports the live heap of 50,000 typical pods
-// (benchPod) as decoded from the API server's JSON, kept whole (trim=false)
-// or as the pod informer keeps them (trim=true), in MiB-live.
-// go test -run '^$' -bench PodStoreMemory -benchtime=1x ./extender/cache
-func BenchmarkPodStoreMemory(b *testing.B) {
-	const pods = 50000
-	raw, err := json.Marshal(benchPod())
+// BenchmarkNodeStoreMemory reports the live heap of 5,000 GPU nodes
+// (fullNode) as decoded from the API server's JSON, kept whole or trimmed as
+// the node informer keeps them; in MiB-live and bytes/node.
+// go test -run '^$' -bench NodeStoreMemory -benchtime=1x ./extender/cache
+func BenchmarkNodeStoreMemory(b *testing.B) {
+	const nodes = 5000
+	raw, err := json.Marshal(fullNode("node-00000"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -213,24 +139,25 @@ func BenchmarkPodStoreMemory(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				before := heapInUse()
-				store := make([]*corev1.Pod, 0, pods)
+				store := make([]*corev1.Node, 0, nodes)
 				b.StartTimer()
-				for range pods {
-					p := &corev1.Pod{}
-					if err := json.Unmarshal(raw, p); err != nil {
+				for range nodes {
+					n := &corev1.Node{}
+					if err := json.Unmarshal(raw, n); err != nil {
 						b.Fatal(err)
 					}
 					if trim {
-						if _, err := trimPod(p); err != nil {
+						if _, err := trimNode(n); err != nil {
 							b.Fatal(err)
 						}
 					}
-					store = append(store, p)
+					store = append(store, n)
 				}
 				b.StopTimer()
 				live := heapInUse() - before
 				b.ReportMetric(float64(live)/(1<<20), "MiB-live")
-				b.ReportMetric(float64(len(raw)), "json-bytes/pod")
+				b.ReportMetric(float64(live)/nodes, "bytes/node")
+				b.ReportMetric(float64(len(raw)), "json-bytes/node")
 				b.StartTimer()
 				_ = store[len(store)-1]
 			}

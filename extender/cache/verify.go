@@ -135,7 +135,7 @@ func verdict(uid types.UID, node string, pod *corev1.Pod, err error) (result, re
 		return VerifyError, ""
 	case pod.UID != uid:
 		return VerifyReleased, "replaced by another pod of the same name"
-	case finished(pod):
+	case finished(pod.Status.Phase):
 		return VerifyReleased, "finished (" + string(pod.Status.Phase) + ")"
 	case pod.Spec.NodeName == "":
 		return VerifyReleased, "not bound"

@@ -71,7 +71,7 @@ func (a *fakeAPI) gets() int {
 // the informer never shows (the fixture's informer has no such pod).
 func (f *fixture) assumeBound(pod *corev1.Pod, node string) {
 	f.t.Helper()
-	if _, err := f.cache.Assume(pod, node, allocator.BestFit); err != nil {
+	if _, err := f.cache.Assume(RecordOf(pod), node, allocator.BestFit); err != nil {
 		f.t.Fatal(err)
 	}
 	f.cache.FinishBinding(pod.UID)
@@ -147,7 +147,7 @@ func TestBoundPodStaysChargedWithoutInformer(t *testing.T) {
 	}
 	// A retried bind is answered from the charge: bound, and verified.
 	var bound *BoundError
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.As(err, &bound) || bound.Node != "n1" || bound.Unverified {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); !errors.As(err, &bound) || bound.Node != "n1" || bound.Unverified {
 		t.Fatalf("retry err = %v, want a verified BoundError on n1", err)
 	}
 }
@@ -229,7 +229,7 @@ func TestVerifyErrorKeepsCharge(t *testing.T) {
 func TestBindInProgressNeverVerified(t *testing.T) {
 	api := newFakeAPI()
 	f := startWith(t, api, Node("n1", 32, 2, nil))
-	if _, err := f.cache.Assume(Pod("p", "", -1, false, 10), "n1", allocator.BestFit); err != nil {
+	if _, err := f.cache.Assume(RecordOf(Pod("p", "", -1, false, 10)), "n1", allocator.BestFit); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Step(1000 * testTTL)
@@ -246,19 +246,19 @@ func TestBindOutcomeUnknown(t *testing.T) {
 	api := newFakeAPI()
 	f := startWith(t, api, Node("n1", 32, 2, nil))
 	pod := Pod("p", "", -1, false, 10)
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); err != nil {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); err != nil {
 		t.Fatal(err)
 	}
 	f.cache.BindOutcomeUnknown(pod.UID)
 	var bound *BoundError
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.As(err, &bound) || !bound.Unverified || bound.Node != "n1" {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); !errors.As(err, &bound) || !bound.Unverified || bound.Node != "n1" {
 		t.Fatalf("retry err = %v, want an unverified BoundError on n1", err)
 	}
 	api.set(Pod("p", "n1", 0, false, 10))
 	f.clock.Step(testTTL)
 	f.verify()
 	f.waitUsed("n1", 10, 0)
-	if _, err := f.cache.Assume(pod, "n1", allocator.BestFit); !errors.As(err, &bound) || bound.Unverified {
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); !errors.As(err, &bound) || bound.Unverified {
 		t.Fatalf("retry after verification err = %v, want a verified BoundError", err)
 	}
 }

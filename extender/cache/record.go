@@ -1,0 +1,130 @@
+package cache
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// PodRecord is what the pod informer's store keeps of a pod instead of the
+// pod: the store holds every unfinished pod of the cluster, and even a pod
+// trimmed to the fields the extender reads costs about 3.8 KB (the Pod and
+// Container structs and a gpu-mem ResourceList per container), a record
+// about 700 bytes (BenchmarkPodStoreMemory). Its readers, which must find here all they use (add a field
+// before reading it anywhere):
+//
+//   - podStateOf and upsertPod: UID, namespace, name, node, phase, the
+//     assignment annotations, and the request;
+//   - the binder (Cache.Pod, or RecordOf a pod it GETs): UID, namespace,
+//     name, node, the assignment and container-env annotations, the request;
+//   - the informer's machinery: namespace and name (the store's key) and the
+//     resource version (metav1.Object, record_meta.go).
+//
+// Records are shared by the store and its readers: never modify one.
+type PodRecord struct {
+	Namespace       string
+	Name            string
+	UID             types.UID
+	ResourceVersion string
+	NodeName        string
+	Phase           corev1.PodPhase
+	// Terminating is whether the pod has a deletion timestamp (the time
+	// itself nobody reads).
+	Terminating bool
+	// Annotations are those of the pod the extender reads (keptAnnotations),
+	// nil when it has none.
+	Annotations map[string]string
+	// Requests is the pod's gpu-mem request as gpushare.ContainerRequests
+	// reads it (the containers asking for gpu-mem, validated, in units), and
+	// RequestErr its error: an invalid request is reported by every reader
+	// exactly as it was when they read it from the pod.
+	Requests   []gpushare.ContainerRequest
+	RequestErr error
+}
+
+// RecordOf returns the record of pod; pod is not kept or modified.
+func RecordOf(pod *corev1.Pod) *PodRecord {
+	reqs, err := gpushare.ContainerRequests(pod)
+	return &PodRecord{
+		Namespace:       pod.Namespace,
+		Name:            pod.Name,
+		UID:             pod.UID,
+		ResourceVersion: pod.ResourceVersion,
+		NodeName:        pod.Spec.NodeName,
+		Phase:           pod.Status.Phase,
+		Terminating:     pod.DeletionTimestamp != nil,
+		Annotations:     keptAnnotations(pod.Annotations),
+		Requests:        slices.Clip(reqs),
+		RequestErr:      err,
+	}
+}
+
+// Request returns the pod's request, or the error reading it from the pod gave.
+func (r *PodRecord) Request() (allocator.Request, error) {
+	if r.RequestErr != nil {
+		return allocator.Request{}, r.RequestErr
+	}
+	return allocator.RequestOf(r.Namespace+"/"+r.Name, r.Requests), nil
+}
+
+// compactPod is the pod informer's transform: it stores a PodRecord instead
+// of the decoded pod, which becomes garbage at once. Anything else (a
+// tombstone, or a record coming again) passes through unchanged, so it is
+// idempotent, as client-go requires of a transform.
+func compactPod(obj any) (any, error) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		return RecordOf(pod), nil
+	}
+	return obj, nil
+}
+
+// recordOf reads a pod event's object: the informer delivers records, but a
+// whole pod (a tombstone's, or a test's) is read the same way.
+func recordOf(obj any) (*PodRecord, bool) {
+	switch o := obj.(type) {
+	case *PodRecord:
+		return o, true
+	case *corev1.Pod:
+		return RecordOf(o), true
+	}
+	return nil, false
+}
+
+// keptAnnotations returns the annotations the extender reads, nil when none:
+// a kubectl last-applied-configuration alone can be as large as the pod. The
+// keys are our constants, not the decoded copies, so they cost nothing per pod.
+func keptAnnotations(in map[string]string) map[string]string {
+	var out map[string]string
+	for _, k := range [...]string{
+		gpushare.AnnotationGPUIndex, gpushare.AnnotationPodUnits, gpushare.AnnotationDevUnits,
+		gpushare.AnnotationAssigned, gpushare.AnnotationAssumeTime, gpushare.AnnotationAllocation,
+		gpushare.AnnotationContainerEnv,
+	} {
+		if v, ok := in[k]; ok {
+			if out == nil {
+				out = make(map[string]string, 7)
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// GetObjectKind implements runtime.Object: a record has no kind of its own.
+func (r *PodRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object (client-go's mutation detector
+// copies stored objects). The request error is an immutable value, shared.
+func (r *PodRecord) DeepCopyObject() runtime.Object {
+	out := *r
+	out.Annotations = maps.Clone(r.Annotations)
+	out.Requests = slices.Clone(r.Requests)
+	return &out
+}
