@@ -2,14 +2,11 @@ package manager_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,10 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -92,107 +86,6 @@ func startKubeletPodResources(t *testing.T) (*kubeletPodResources, string) {
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
 	return k, path
-}
-
-// patchFaults lets a test fail pod patches by pod name after the reactors are
-// installed, without changing the fake clientset under a running client.
-type patchFaults struct {
-	mu    sync.Mutex
-	fail  func(pod string) error
-	tries map[string]int
-}
-
-// set makes every later patch of a pod fail with what fail returns (nil: pass).
-func (f *patchFaults) set(fail func(pod string) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fail = fail
-}
-
-// check counts a patch of pod and returns the fault to answer it with.
-func (f *patchFaults) check(pod string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.tries == nil {
-		f.tries = map[string]int{}
-	}
-	f.tries[pod]++
-	if f.fail == nil {
-		return nil
-	}
-	return f.fail(pod)
-}
-
-// triesOf returns how many patches of pod were seen.
-func (f *patchFaults) triesOf(pod string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.tries[pod]
-}
-
-// enforceResourceVersion makes the fake clientset keep resourceVersions on
-// pods and refuse an annotation patch that names another one, with a
-// Conflict, as the API server does (the fake neither sets nor checks them);
-// without it two records written from one stale copy silently overwrite
-// each other. It handles the merge patches the plugin sends: metadata
-// annotations under a resourceVersion precondition (created pods have an
-// empty one here, which is compared like any other). faults may fail
-// patches first.
-func enforceResourceVersion(t *testing.T, client *fake.Clientset, faults *patchFaults) {
-	t.Helper()
-	// Creates and updates get a new resourceVersion too, as on the API server,
-	// so a reader can tell a changed pod from the copy it has.
-	var version atomic.Int64
-	version.Store(1000)
-	stamp := func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if a, ok := action.(interface{ GetObject() runtime.Object }); ok {
-			if pod, ok := a.GetObject().(*corev1.Pod); ok {
-				pod.ResourceVersion = strconv.FormatInt(version.Add(1), 10)
-			}
-		}
-		return false, nil, nil
-	}
-	client.PrependReactor("create", "pods", stamp)
-	client.PrependReactor("update", "pods", stamp)
-	client.PrependReactor("patch", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		pa := action.(k8stesting.PatchAction)
-		if err := faults.check(pa.GetName()); err != nil {
-			return true, nil, err
-		}
-		var patch struct {
-			Metadata struct {
-				ResourceVersion *string            `json:"resourceVersion"`
-				Annotations     map[string]*string `json:"annotations"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(pa.GetPatch(), &patch); err != nil || patch.Metadata.ResourceVersion == nil {
-			return false, nil, nil
-		}
-		obj, err := client.Tracker().Get(pa.GetResource(), pa.GetNamespace(), pa.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		pod := obj.(*corev1.Pod).DeepCopy()
-		if pod.ResourceVersion != *patch.Metadata.ResourceVersion {
-			return true, nil, apierrors.NewConflict(pa.GetResource().GroupResource(), pa.GetName(),
-				fmt.Errorf("resourceVersion %q is not the stored %q", *patch.Metadata.ResourceVersion, pod.ResourceVersion))
-		}
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
-		for k, v := range patch.Metadata.Annotations {
-			if v == nil {
-				delete(pod.Annotations, k)
-			} else {
-				pod.Annotations[k] = *v
-			}
-		}
-		pod.ResourceVersion = strconv.FormatInt(version.Add(1), 10)
-		if err := client.Tracker().Update(pa.GetResource(), pod, pa.GetNamespace()); err != nil {
-			return true, nil, err
-		}
-		return true, pod, nil
-	})
 }
 
 // withInit adds a plain init container of units gpu-mem units before the
@@ -394,7 +287,7 @@ func TestRepairedPodLeavesCandidatesAtOnce(t *testing.T) {
 	ctx := t.Context()
 	_, sock := startKubeletPodResources(t)
 	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
-	e.patchFaults.set(func(pod string) error {
+	e.patchFaults.Set(func(pod string) error {
 		if pod == "started" {
 			return apierrors.NewServiceUnavailable("answer lost")
 		}
@@ -409,7 +302,7 @@ func TestRepairedPodLeavesCandidatesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for e.patchFaults.triesOf("started") == 0 {
+	for e.patchFaults.Tries("started") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the reconciler never tried to record the started pod")
 		}
@@ -433,7 +326,7 @@ func TestProvenContainerStaysServed(t *testing.T) {
 	ctx := t.Context()
 	pr, sock := startPodResources(t)
 	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
-	e.patchFaults.set(func(pod string) error {
+	e.patchFaults.Set(func(pod string) error {
 		if pod == "first" {
 			return apierrors.NewServiceUnavailable("answer lost")
 		}
@@ -461,7 +354,7 @@ func TestProvenContainerStaysServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for e.patchFaults.triesOf("first") == 0 {
+	for e.patchFaults.Tries("first") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the reconciler never tried to record first")
 		}

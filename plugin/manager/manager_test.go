@@ -29,6 +29,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/internal/fakeapi"
 	"github.com/gpushare/gpushare/plugin/inventory"
 	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/plugin/nvml"
@@ -96,7 +97,7 @@ type env struct {
 	errc       chan error
 	cancel     context.CancelFunc
 	// patchFaults, when set, answers pod patches in its place (see enforceResourceVersion).
-	patchFaults patchFaults
+	patchFaults fakeapi.PatchFaults
 	// podWatches holds the plugin's pod watch events while closed (a stalled watch).
 	podWatches *watchGate
 }
@@ -119,7 +120,7 @@ func run(t *testing.T, backend string, mutate func(*manager.Config)) *env {
 		errc:       make(chan error, 1),
 	}
 	// Before Run: reactors must not change under a running client.
-	enforceResourceVersion(t, e.client, &e.patchFaults)
+	fakeapi.KeepResourceVersions(e.client, &e.patchFaults)
 	e.podWatches = newWatchGate()
 	gatePodWatches(e.client, e.podWatches)
 	e.kubelet = startFakeKubelet(t, e.dir)

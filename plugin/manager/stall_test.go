@@ -63,16 +63,43 @@ func gatePodWatches(client *fake.Clientset, g *watchGate) {
 		if err != nil {
 			return true, nil, err
 		}
-		out := watch.NewFake()
-		go func() {
-			defer out.Stop()
-			for ev := range inner.ResultChan() {
-				<-g.opened()
-				out.Action(ev.Type, ev.Object)
-			}
-		}()
-		return true, out, nil
+		w := &gatedPodWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+		go w.forward(g)
+		return true, w, nil
 	})
+}
+
+// gatedPodWatch passes inner's events on while its gate is open.
+type gatedPodWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func (w *gatedPodWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *gatedPodWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.inner.Stop()
+	})
+}
+
+func (w *gatedPodWatch) forward(g *watchGate) {
+	defer close(w.out)
+	for ev := range w.inner.ResultChan() {
+		select {
+		case <-g.opened():
+		case <-w.stop:
+			return
+		}
+		select {
+		case w.out <- ev:
+		case <-w.stop:
+			return
+		}
+	}
 }
 
 // A watch that lags behind a pod that left must not let that pod take

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/internal/fakeapi"
 	"github.com/gpushare/gpushare/plugin/inventory"
 	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/plugin/nvml"
@@ -43,7 +45,8 @@ func benchPod(b *testing.B, i int, units uint64, gpu int, assigned bool) *corev1
 	}
 	name := fmt.Sprintf("p%06d", i)
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: ann,
+			ResourceVersion: strconv.Itoa(i + 1)},
 		Spec: corev1.PodSpec{NodeName: benchNode, Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{gpushare.ResourceName: *resource.NewQuantity(int64(units), resource.DecimalSI)},
 		}}}},
@@ -86,6 +89,9 @@ func benchmarkAllocate(b *testing.B, newClient func(...runtime.Object) *fake.Cli
 	}
 	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: benchNode}})
 	api := newClient(objs...)
+	// resourceVersions as on a real API server: without them the plugin
+	// would decode every pod on every call, which it never does in a cluster.
+	fakeapi.KeepResourceVersions(api, nil)
 	sim, err := nvml.NewSimulator(nil, "simulated:dgxh100")
 	if err != nil {
 		b.Fatal(err)
