@@ -15,5 +15,11 @@
 // extender's rule was not followed, e.g. an old extender), Match still answers
 // as the old gpushare did but reports the conflict so the caller can warn.
 //
+// Two more rules live here, also without I/O: Match refuses a call whose GPU
+// the node's pods together over-commit (OvercommitError, the node's own check
+// behind the extender's accounting), and Repairs lists the records missing on
+// pods whose containers the kubelet has started. A Memo keeps each pod decoded
+// until its resourceVersion changes.
+//
 // Every ambiguity rule lives here and is table-tested.
 package allocate
