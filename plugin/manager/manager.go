@@ -186,25 +186,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	if alloc.holders != nil {
-		wg.Go(func() {
-			tick := time.NewTicker(attributeEvery)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					alloc.attribute(ctx)
-				}
-			}
-		})
-	}
-	if alloc.holders != nil {
+		wg.Go(func() { every(ctx, attributeEvery, func() { alloc.attribute(ctx) }) })
 		// Without the pod-resources API records follow the plugin's own match,
 		// which may name a pod whose call is still to come; repairing the pod
 		// that really started as well would count that call twice.
 		rc := &reconciler{alloc: alloc, log: m.log.Named("reconcile")}
-		wg.Go(func() { rc.run(ctx) })
+		wg.Go(func() { every(ctx, reconcileEvery, func() { rc.tick(ctx) }) })
 	}
 	if m.cfg.HealthCheck {
 		wg.Add(1)
@@ -341,5 +328,19 @@ func (m *Manager) stopServer() {
 	m.mu.Unlock()
 	if srv != nil {
 		srv.Stop()
+	}
+}
+
+// every calls fn every period until ctx ends.
+func every(ctx context.Context, period time.Duration, fn func()) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			fn()
+		}
 	}
 }

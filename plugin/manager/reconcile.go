@@ -34,28 +34,19 @@ type reconciler struct {
 	skip, backoff int
 }
 
-// run repairs every reconcileEvery until ctx ends.
-func (r *reconciler) run(ctx context.Context) {
-	tick := time.NewTicker(reconcileEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if r.skip > 0 {
-				r.skip--
-				continue
-			}
-			if err := r.pass(ctx); err != nil {
-				r.backoff = min(max(2*r.backoff, 1), int(reconcileMaxBackoff/reconcileEvery))
-				r.skip = r.backoff
-				r.log.Warn("repairing pod records failed; trying again later", zap.Int("afterSeconds", r.skip), zap.Error(err))
-			} else {
-				r.backoff = 0
-			}
-		}
+// tick runs a pass, unless it sits out the backoff of an earlier failure.
+func (r *reconciler) tick(ctx context.Context) {
+	if r.skip > 0 {
+		r.skip--
+		return
 	}
+	if err := r.pass(ctx); err != nil {
+		r.backoff = min(max(2*r.backoff, 1), int(reconcileMaxBackoff/reconcileEvery))
+		r.skip = r.backoff
+		r.log.Warn("repairing pod records failed; trying again later", zap.Int("afterSeconds", r.skip), zap.Error(err))
+		return
+	}
+	r.backoff = 0
 }
 
 // pass writes the missing records of one round; it returns the first write
