@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,40 +26,12 @@ type NodeSpec struct {
 // given extended resources (a Node created through the API keeps its .status). It uses up to
 // 16 requests at once.
 func (c *Cluster) CreateNodes(ctx context.Context, specs []NodeSpec) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan NodeSpec)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range min(16, len(specs)) {
-		wg.Go(func() {
-			for spec := range work {
-				if _, err := c.client.CoreV1().Nodes().Create(ctx, nodeObject(spec), metav1.CreateOptions{}); err != nil {
-					select {
-					case errs <- fmt.Errorf("create node %s: %w", spec.Name, err):
-					default:
-					}
-					cancel()
-				}
-			}
-		})
-	}
-feed:
-	for _, s := range specs {
-		select {
-		case work <- s:
-		case <-ctx.Done():
-			break feed
+	return Parallel(ctx, 16, len(specs), func(ctx context.Context, i int) error {
+		if _, err := c.client.CoreV1().Nodes().Create(ctx, nodeObject(specs[i]), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create node %s: %w", specs[i].Name, err)
 		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return ctx.Err()
-	}
+		return nil
+	})
 }
 
 func nodeObject(spec NodeSpec) *corev1.Node {

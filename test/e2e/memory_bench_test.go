@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -306,49 +305,27 @@ func memoryPodPlacement(i int) (node string, gpu int, units uint64) {
 // applyBoundPods creates every pod by server-side apply from memoryWriters writers and returns
 // the units they hold in all.
 func applyBoundPods(ctx context.Context, client kubernetes.Interface) (uint64, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	total := memoryNodes * memoryPodsPerNode
 	assumed := time.Now().UnixNano()
-	work := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range memoryWriters {
-		wg.Go(func() {
-			for i := range work {
-				pod, err := memoryPod(i, assumed)
-				if err == nil {
-					_, err = client.CoreV1().Pods(*pod.Namespace).Apply(ctx, pod, metav1.ApplyOptions{FieldManager: memoryApplier, Force: true})
-				}
-				if err != nil {
-					select {
-					case errs <- fmt.Errorf("apply pod %d: %w", i, err):
-					default:
-					}
-					cancel()
-				}
-			}
-		})
+	err := cluster.Parallel(ctx, memoryWriters, total, func(ctx context.Context, i int) error {
+		pod, err := memoryPod(i, assumed)
+		if err == nil {
+			_, err = client.CoreV1().Pods(*pod.Namespace).Apply(ctx, pod, metav1.ApplyOptions{FieldManager: memoryApplier, Force: true})
+		}
+		if err != nil {
+			return fmt.Errorf("apply pod %d: %w", i, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	var units uint64
-feed:
 	for i := range total {
 		_, _, u := memoryPodPlacement(i)
-		select {
-		case work <- i:
-			units += u
-		case <-ctx.Done():
-			break feed
-		}
+		units += u
 	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return 0, err
-	default:
-		return units, ctx.Err()
-	}
+	return units, nil
 }
 
 // memoryPod is pod i as a ReplicaSet of a training Deployment would have it: a trainer holding the
