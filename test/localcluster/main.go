@@ -294,7 +294,8 @@ func applySamples(ctx context.Context, a *manifests.Applier, client kubernetes.I
 	return pods, nil
 }
 
-// waitRunning watches the pods in namespace default until every one of names is Running,
+// waitRunning watches the pods in namespace default until every one of names is Running and
+// recorded by our device plugin (ASSIGNED=true, so the inspector shows each container's limits),
 // printing a line whenever the count changes.
 func waitRunning(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -315,7 +316,7 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, names []strin
 		switch {
 		case ev.Type == watch.Deleted:
 			delete(state, p.Name)
-		case p.Status.Phase == corev1.PodRunning:
+		case p.Status.Phase == corev1.PodRunning && p.Annotations[gpushare.AnnotationAssigned] == "true":
 			state[p.Name] = "Running"
 		case p.Spec.NodeName != "":
 			state[p.Name] = "bound"
@@ -332,7 +333,7 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, names []strin
 		for _, s := range state {
 			counts[s]++
 		}
-		line := fmt.Sprintf("  %d/%d sample pods Running, %d bound (containers starting), %d waiting for the scheduler",
+		line := fmt.Sprintf("  %d/%d sample pods Running and recorded, %d bound (containers starting), %d waiting for the scheduler",
 			counts["Running"], len(names), counts["bound"], len(names)-counts["Running"]-counts["bound"])
 		if line != last {
 			fmt.Println(line)
