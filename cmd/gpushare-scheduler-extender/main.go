@@ -85,7 +85,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.IntVar(&o.burst, "kube-api-burst", 1000, "API client burst")
 	fs.DurationVar(&o.assumeTTL, "assume-ttl", 30*time.Second, "how long a bound pod's charge may wait for the informer before the extender asks the API server whether the pod still holds it; never releases memory by itself")
 	fs.DurationVar(&o.bindTimeout, "bind-timeout", binder.DefaultBindTimeout, "deadline of one Binding, which the scheduler giving up does not cut short; keep it plus 5s under the scheduler's extender httpTimeout")
-	fs.Int64Var(&o.maxBody, "max-body-bytes", 64<<20, "largest filter or prioritize request body accepted")
+	fs.Int64Var(&o.maxBody, "max-body-bytes", server.DefaultMaxBodyBytes, "largest filter or prioritize request body accepted")
 	fs.Var(&o.gpuMetrics, "gpu-metrics", "how finely /metrics reports GPU memory beside the cluster totals: gpu (the default; 3 series per GPU), node (3 per node) or none")
 	namespace := getenv("POD_NAMESPACE")
 	if namespace == "" {

@@ -39,6 +39,12 @@ type Config struct {
 	// ShutdownGrace bounds how long in-flight requests may finish after the
 	// context ends; zero means 5 seconds.
 	ShutdownGrace time.Duration
+	// ReadTimeout bounds reading one whole request, headers and body; zero
+	// means DefaultReadTimeout. IdleTimeout is how long a kept-alive
+	// connection may wait for its next request; zero means DefaultIdleTimeout.
+	// Tests shorten them.
+	ReadTimeout time.Duration
+	IdleTimeout time.Duration
 	// LeaderElection, when set, runs this replica as one candidate for a
 	// Lease; only the holder serves the verbs. Nil: no election, always serve.
 	LeaderElection *LeaderElection
@@ -49,6 +55,17 @@ type Config struct {
 	// DebugListener, when set, serves net/http/pprof there and nowhere else.
 	DebugListener net.Listener
 }
+
+// Defaults of Config's timeouts. A slow or idle client holds a connection,
+// and the body buffer it has filled, no longer than these. ReadTimeout
+// matches the shipped extender httpTimeout (30s): kube-scheduler sends its
+// whole request at once, and gives up on the call after that anyway.
+// IdleTimeout lets kube-scheduler's kept-alive connections be reused between
+// scheduling cycles (its transport closes them after 90s idle itself).
+const (
+	DefaultReadTimeout = 30 * time.Second
+	DefaultIdleTimeout = 90 * time.Second
+)
 
 // tlsRecheck is how often, at most, the TLS files are looked at for a new pair.
 const tlsRecheck = 5 * time.Second
@@ -128,10 +145,19 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		cacheWG.Wait()
 	}()
 
+	readTimeout, idleTimeout := cfg.ReadTimeout, cfg.IdleTimeout
+	if readTimeout <= 0 {
+		readTimeout = DefaultReadTimeout
+	}
+	if idleTimeout <= 0 {
+		idleTimeout = DefaultIdleTimeout
+	}
 	srv := &http.Server{
 		Handler:           lead.handler(s.Handler()),
 		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, readTimeout),
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
 	served := make(chan error, 1)

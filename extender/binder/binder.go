@@ -27,6 +27,13 @@ import (
 // another pod of the same name; binding it would place the wrong pod.
 var ErrUIDMismatch = errors.New("pod UID does not match the bind request")
 
+// ErrRefused is wrapped by every error of a bind the extender will not carry
+// out because it is not its to make, whatever the cluster's state: a pod that
+// does not mention aliyun.com/gpu-mem in any container, or a node that is not
+// in the extender's cache with GPUs. Such a bind is refused before any API
+// write (the server answers it with a 4xx).
+var ErrRefused = errors.New("bind refused")
+
 // Config holds what a Binder needs.
 type Config struct {
 	Client kubernetes.Interface
@@ -101,13 +108,28 @@ func New(cfg Config) *Binder {
 // the pod no longer fits there (the scheduler retries it elsewhere).
 func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
 	key := args.PodNamespace + "/" + args.PodName
-	pod, err := b.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
+	// Only nodes the extender accounts GPUs for: checked before anything
+	// else, so a bind to any other name costs no API call at all.
+	if n, ok := b.cfg.Cache.Node(args.Node); !ok {
+		return fmt.Errorf("%w: pod %s: node %s is not in the extender's cache", ErrRefused, key, args.Node)
+	} else if len(n.GPUs) == 0 {
+		return fmt.Errorf("%w: pod %s: node %s has no GPU in the extender's cache", ErrRefused, key, args.Node)
+	}
+	pod, live, err := b.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
 	if err != nil {
 		return err
 	}
 	r, err := pod.Request()
 	if err != nil {
 		return fmt.Errorf("bind pod %s: %w", key, err)
+	}
+	if r.Units == 0 {
+		// gpu-mem: 0 is bound (the scheduler sends us every pod naming the
+		// resource), a pod that does not name it at all is not ours. The
+		// record keeps only non-zero requests: read the pod itself.
+		if err := b.mentionsGPUMem(ctx, pod, live); err != nil {
+			return err
+		}
 	}
 	if pod.NodeName != "" {
 		// A retry of a bind that did succeed (the scheduler's request timed
@@ -275,11 +297,20 @@ func Rejected(err error) bool {
 
 // pod returns the informer's record of the pod, or the record of the API
 // server's pod when the informer has not seen it yet or holds an older pod of
-// the same name.
-func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*cache.PodRecord, error) {
+// the same name; then it also returns that pod (else nil).
+func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*cache.PodRecord, *corev1.Pod, error) {
 	if p, ok := b.cfg.Cache.Pod(namespace, name); ok && p.UID == uid {
-		return p, nil
+		return p, nil, nil
 	}
+	p, err := b.getPod(ctx, namespace, name, uid)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cache.RecordOf(p), p, nil
+}
+
+// getPod reads the pod from the API server; it must have uid.
+func (b *Binder) getPod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
 	p, err := b.cfg.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
@@ -287,7 +318,40 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 	if p.UID != uid {
 		return nil, fmt.Errorf("%w: pod %s/%s has UID %s, the request names %s", ErrUIDMismatch, namespace, name, p.UID, uid)
 	}
-	return cache.RecordOf(p), nil
+	return p, nil
+}
+
+// mentionsGPUMem refuses (ErrRefused) a pod none of whose containers or init
+// containers names aliyun.com/gpu-mem in its limits or requests. live is the
+// API server's pod when already read, else it is read now: the informer's
+// record keeps only non-zero requests, and gpu-mem: 0 pods are rare.
+func (b *Binder) mentionsGPUMem(ctx context.Context, pod *cache.PodRecord, live *corev1.Pod) error {
+	if live == nil {
+		var err error
+		if live, err = b.getPod(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {
+			return err
+		}
+	}
+	if MentionsGPUMem(live) {
+		return nil
+	}
+	return fmt.Errorf("%w: pod %s/%s does not request %s in any container: not a gpushare pod", ErrRefused, pod.Namespace, pod.Name, gpushare.ResourceName)
+}
+
+// MentionsGPUMem reports whether a container or init container of pod names
+// aliyun.com/gpu-mem in its limits or requests, whatever the value.
+func MentionsGPUMem(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Limits[gpushare.ResourceName]; ok {
+				return true
+			}
+			if _, ok := cs[i].Resources.Requests[gpushare.ResourceName]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // binding builds the Binding carrying the annotations. The API server merges

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -524,5 +526,78 @@ func TestRetryAfterSuccess(t *testing.T) {
 	})
 	if err := e.bind(context.Background(), "p"); err != nil || bindings != 0 {
 		t.Fatalf("retry = %v with %d Bindings", err, bindings)
+	}
+}
+
+// TestBindRefusals: a pod that names no gpu-mem in any container (in the informer's view or read
+// from the API server) and a node unknown to the cache or without GPUs are refused with
+// ErrRefused before any write; a gpu-mem: 0 pod, and one naming gpu-mem only in an init
+// container's requests, are still bound.
+func TestBindRefusals(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var writes atomic.Int32
+	e.client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+			writes.Add(1)
+		}
+		return false, nil, nil
+	})
+	plain := gpuPod("plain", 0)
+	plain.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	plain.Spec.InitContainers = []corev1.Container{{Name: "init"}}
+	initZero := gpuPod("init-zero", 0)
+	initZero.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	initZero.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{gpushare.ResourceName: *resource.NewQuantity(0, resource.DecimalSI)}}}}
+	for _, p := range []*corev1.Pod{plain, initZero} {
+		if err := e.client.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.client.CoreV1().Nodes().Create(ctx, gpuNode("cpu", 0, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	writes.Store(0)
+	waitFor(t, func() bool { _, ok := e.cache.Node("cpu"); return ok })
+	args := func(pod, node string) extenderv1.ExtenderBindingArgs {
+		return extenderv1.ExtenderBindingArgs{PodName: pod, PodNamespace: "default", PodUID: types.UID("uid-" + pod), Node: node}
+	}
+	for _, tc := range []struct{ pod, node, want string }{
+		{"plain", "n1", "does not request aliyun.com/gpu-mem"},
+		{"p", "ghost", "not in the extender's cache"},
+		{"p", "cpu", "has no GPU"},
+		{"zero", "ghost", "not in the extender's cache"},
+		{"zero", "cpu", "has no GPU"},
+	} {
+		err := e.binder.Bind(ctx, args(tc.pod, tc.node))
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bind %s to %s: %v; want ErrRefused saying %q", tc.pod, tc.node, err, tc.want)
+		}
+	}
+	if n := writes.Load(); n != 0 {
+		t.Fatalf("refused binds made %d API writes", n)
+	}
+	if e.charged() != 0 {
+		t.Fatalf("refused binds charged %d units", e.charged())
+	}
+	for _, pod := range []string{"zero", "init-zero", "p"} {
+		if err := e.binder.Bind(ctx, args(pod, "n1")); err != nil {
+			t.Fatalf("bind %s: %v", pod, err)
+		}
+		if e.nodeOf(pod) != "n1" {
+			t.Fatalf("pod %s not bound", pod)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

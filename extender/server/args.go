@@ -11,14 +11,21 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
-// readBody reads r whole into one buffer sized by the request's
-// Content-Length when it gives one no larger than limit, instead of growing
-// it by doubling; r itself enforces the limit.
+// initialBodyBuffer caps the buffer readBody allocates before any byte of
+// the body has arrived.
+const initialBodyBuffer = 64 << 10
+
+// readBody reads r whole; r itself enforces the limit. The buffer grows with
+// what actually arrives: it starts at the request's Content-Length when that
+// is at most initialBodyBuffer (one allocation for the common small body),
+// else at initialBodyBuffer, so a client announcing a large body and sending
+// nothing costs 64 KiB, not the announced size.
 func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
-	if contentLength <= 0 || contentLength > limit {
-		return io.ReadAll(r)
+	size := min(int64(initialBodyBuffer), limit)
+	if contentLength > 0 && contentLength < size {
+		size = contentLength
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, contentLength+bytes.MinRead))
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
 	_, err := buf.ReadFrom(r)
 	return buf.Bytes(), err
 }

@@ -388,9 +388,14 @@ func FuzzFilter(f *testing.F) {
 				if !errors.Is(rerr, gpushare.ErrInvalidRequest) || res.FailedAndUnresolvableNodes[n] != rerr.Error() {
 					t.Fatalf("invalid request (%v): node %q has reason %q", rerr, n, reason)
 				}
-			case req.Units == 0:
+			case req.Units == 0 && known && len(view.GPUs) > 0:
 				if isFailed {
-					t.Fatalf("a pod without gpu-mem failed node %q: %s", n, reason)
+					t.Fatalf("a pod without gpu-mem failed GPU node %q: %s", n, reason)
+				}
+			case req.Units == 0 && known:
+				// Bind refuses nodes without GPUs: filter fails them first.
+				if want := allocator.NotGPUShareReason(n); res.FailedAndUnresolvableNodes[n] != want {
+					t.Fatalf("pod without gpu-mem, node %q without GPUs: reason %q, want %q unresolvable", n, reason, want)
 				}
 			case !known:
 				if want := "node " + n + " is not in the gpushare extender's cache"; res.FailedNodes[n] != want {
@@ -501,7 +506,8 @@ func fuzzPod(name, uid, ann, q0, q1, qinit string, sidecar bool) *corev1.Pod {
 
 // FuzzBind posts a bind body in which "$POD" and "$UID" name a pod created
 // for this input. A 200 leaves the pod bound there and charged there only; a
-// refused bind (500) names the pod and adds no charge anywhere; no GPU is ever
+// refused bind (500, or 400 for a pod naming no gpu-mem or a node without
+// GPUs in the cache) names the pod and adds no charge anywhere; no GPU is ever
 // charged beyond its size. A bind that succeeded is posted again, as the
 // scheduler's retry does, and must succeed again.
 func FuzzBind(f *testing.F) {
@@ -595,8 +601,23 @@ func (e *fuzzEnv) checkBind(t *testing.T, body []byte) int {
 		if on := chargedOn(after, args.PodNamespace, args.PodName); !slices.Equal(on, want) {
 			t.Fatalf("pod %s bound to %s is charged on %v", key, args.Node, on)
 		}
-	case http.StatusInternalServerError:
-		// A refused bind says which pod, and adds nothing anywhere.
+	case http.StatusInternalServerError, http.StatusBadRequest:
+		// A refused bind says which pod, and adds nothing anywhere. A 400 is
+		// a bind that is not the extender's to make: a pod naming no gpu-mem
+		// or a node without GPUs in the cache; nothing was written.
+		if code == http.StatusBadRequest {
+			view, known := e.cache.Node(args.Node)
+			ours := getErr == nil && got.UID == args.PodUID && binder.MentionsGPUMem(got)
+			if known && len(view.GPUs) > 0 && ours {
+				t.Fatalf("bind of gpushare pod %s to GPU node %s refused with 400: %q", key, args.Node, res.Error)
+			}
+			if !strings.Contains(res.Error, "bind refused") {
+				t.Fatalf("bind answered 400 with %q; want it to say the bind is refused", res.Error)
+			}
+			if getErr == nil && got.UID == args.PodUID && got.Spec.NodeName == args.Node {
+				t.Fatalf("bind of %s to %s refused with 400 (%q), yet the pod is bound there", key, args.Node, res.Error)
+			}
+		}
 		if !strings.Contains(res.Error, key) {
 			t.Fatalf("bind refused with %q, which does not name pod %s", res.Error, key)
 		}
@@ -609,7 +630,7 @@ func (e *fuzzEnv) checkBind(t *testing.T, body []byte) int {
 			}
 		}
 	default:
-		t.Fatalf("bind %q answered %d %q; want 200 or 500", clipFuzz(body), code, out)
+		t.Fatalf("bind %q answered %d %q; want 200, 400 or 500", clipFuzz(body), code, out)
 	}
 	return code
 }

@@ -18,6 +18,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/binder"
 	"github.com/gpushare/gpushare/extender/cache"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
@@ -44,7 +45,9 @@ type Config struct {
 	Registry *prometheus.Registry // where the extender's series go; /metrics serves it
 	Version  string
 	// MaxBodyBytes bounds filter and prioritize bodies (full Node objects when
-	// nodeCacheCapable is false); zero means 64 MiB. Bind bodies are bounded to 64 KiB.
+	// nodeCacheCapable is false); zero means DefaultMaxBodyBytes. Bind bodies
+	// are bounded to 64 KiB. Buffers grow with what arrives, never
+	// allocated from Content-Length beyond 64 KiB.
 	MaxBodyBytes int64
 	// GPUMetrics is how finely GPU memory is reported beside the cluster
 	// totals; the zero value is per GPU.
@@ -61,13 +64,19 @@ type Server struct {
 
 const maxBindBody = 64 << 10
 
+// DefaultMaxBodyBytes is the filter and prioritize body limit when none is
+// set: 8 MiB, room for a nodeCacheCapable: true body (a pod and the
+// candidates' names: about 0.3 MiB for 5,000 nodes) many times over.
+// Full Node lists (nodeCacheCapable: false) of a large cluster need more.
+const DefaultMaxBodyBytes = 8 << 20
+
 // New builds the server and registers its metrics.
 func New(cfg Config) (*Server, error) {
 	if cfg.Cache == nil || cfg.Binder == nil || cfg.Registry == nil {
 		return nil, errors.New("server: Cache, Binder and Registry are required")
 	}
 	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = 64 << 20
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
 	if s.log == nil {
@@ -141,11 +150,19 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 // readJSON reads a bounded body and refuses one holding a quantity no decoder
 // should see, answering the 4xx itself on failure.
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	tooLarge := func() {
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("request body larger than %d bytes", limit)})
+	}
+	if r.ContentLength > limit {
+		// Announced too large: refused before reading (or buffering) any of it.
+		tooLarge()
+		return nil, false
+	}
 	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("request body larger than %d bytes", limit)})
+			tooLarge()
 			return nil, false
 		}
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "reading request body: " + err.Error()})
@@ -284,9 +301,18 @@ func Filter(c Cache, policy allocator.Policy, args *extenderv1.ExtenderArgs, nam
 			res.FailedAndUnresolvableNodes[n] = err.Error()
 		}
 	case req.Units == 0:
-		// Not ours to judge; the scheduler only asks for pods with gpu-mem anyway.
-		for i := range pass {
-			pass[i] = true
+		// gpu-mem: 0 asks for no GPU memory, but bind only binds to GPU
+		// nodes in the cache: fail the others here, so the scheduler never
+		// picks a node whose bind would be refused.
+		for i, v := range c.Nodes(names) {
+			switch {
+			case v == nil:
+				res.FailedNodes[names[i]] = "node " + names[i] + " is not in the gpushare extender's cache"
+			case len(v.GPUs) == 0:
+				res.FailedAndUnresolvableNodes[names[i]] = allocator.NotGPUShareReason(names[i])
+			default:
+				pass[i] = true
+			}
 		}
 	default:
 		for i, v := range c.Nodes(names) {
@@ -371,8 +397,14 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.binds.WithLabelValues(outcome).Inc()
 	s.log.Info("bind failed", zap.String("pod", args.PodNamespace+"/"+args.PodName), zap.String("node", args.Node), zap.Error(err))
+	status := http.StatusInternalServerError
+	if errors.Is(err, binder.ErrRefused) {
+		// Not ours to bind (no gpu-mem, or not a GPU node we know): a 400,
+		// written before any API call changed anything.
+		status = http.StatusBadRequest
+	}
 	// The seed answers 500 with the error; the scheduler then retries the pod.
-	writeJSON(w, http.StatusInternalServerError, extenderv1.ExtenderBindingResult{Error: err.Error()})
+	writeJSON(w, status, extenderv1.ExtenderBindingResult{Error: err.Error()})
 }
 
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {

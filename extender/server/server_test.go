@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -398,8 +399,8 @@ func TestBindFailures(t *testing.T) {
 	if code, msg := e.bind(stale, "n1"); code != 500 || !strings.Contains(msg, "UID") {
 		t.Fatalf("stale UID: %d %s", code, msg)
 	}
-	// Unknown node: refused.
-	if code, msg := e.bind(p, "ghost"); code != 500 || !strings.Contains(msg, "not in the extender's cache") {
+	// Unknown node: refused, 400.
+	if code, msg := e.bind(p, "ghost"); code != 400 || !strings.Contains(msg, "not in the extender's cache") {
 		t.Fatalf("unknown node: %d %s", code, msg)
 	}
 	// The Binding POST fails: the assumption must be forgotten.
@@ -658,5 +659,54 @@ func runCache(tb testing.TB, c *cache.Cache, timeout time.Duration) {
 	defer scancel()
 	if !c.WaitForSync(sctx) {
 		tb.Fatal("cache did not sync")
+	}
+}
+
+// TestBindRefusesWhatIsNotOurs: a pod naming no gpu-mem, and a node not in the cache or without
+// GPUs, are refused with a 400 and an ExtenderBindingResult error, before any API write; a
+// gpu-mem: 0 pod is still bound to a GPU node (TestBindZeroUnits), and filter fails the nodes its
+// bind would refuse.
+func TestBindRefusesWhatIsNotOurs(t *testing.T) {
+	plain := gpuPod("plain") // no container names gpu-mem
+	plain.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(1, resource.DecimalSI)}}}}
+	p, zero := gpuPod("p", 4), gpuPod("zero", 0)
+	e := newEnv(t, gpuNode("n1", 32, 2), gpuNode("cpu", 0, 0), plain, p, zero)
+	for _, tc := range []struct {
+		pod        *corev1.Pod
+		node, want string
+	}{
+		{plain, "n1", "does not request aliyun.com/gpu-mem in any container"},
+		{p, "ghost", "node ghost is not in the extender's cache"},
+		{p, "cpu", "node cpu has no GPU in the extender's cache"},
+		{zero, "ghost", "node ghost is not in the extender's cache"},
+		{zero, "cpu", "node cpu has no GPU in the extender's cache"},
+	} {
+		code, body := e.do("POST", "/gpushare-scheduler/bind", extenderv1.ExtenderBindingArgs{
+			PodName: tc.pod.Name, PodNamespace: "default", PodUID: tc.pod.UID, Node: tc.node})
+		var res extenderv1.ExtenderBindingResult
+		if err := json.Unmarshal(body, &res); err != nil || code != http.StatusBadRequest ||
+			!strings.Contains(res.Error, tc.want) || !strings.Contains(res.Error, "default/"+tc.pod.Name) {
+			t.Errorf("bind %s to %s: %d %s (%v); want 400 with an Error saying %q", tc.pod.Name, tc.node, code, body, err, tc.want)
+		}
+	}
+	if n := e.binds.Load(); n != 0 {
+		t.Fatalf("refused binds sent %d Bindings", n)
+	}
+	for _, name := range []string{"plain", "p", "zero"} {
+		if got, err := e.client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); err != nil || got.Spec.NodeName != "" {
+			t.Fatalf("pod %s after refused binds: %v %v", name, got, err)
+		}
+	}
+	res := e.filter(zero, "n1", "cpu", "ghost")
+	if res.NodeNames == nil || !slices.Equal(*res.NodeNames, []string{"n1"}) ||
+		res.FailedAndUnresolvableNodes["cpu"] == "" || res.FailedNodes["ghost"] == "" {
+		t.Fatalf("filter of a gpu-mem: 0 pod = %+v; want n1 only, cpu unresolvable, ghost failed", res)
+	}
+	if code, msg := e.bind(zero, "n1"); code != 200 || msg != "" {
+		t.Fatalf("gpu-mem: 0 pod to n1: %d %s", code, msg)
+	}
+	if code, msg := e.bind(p, "n1"); code != 200 || msg != "" {
+		t.Fatalf("p to n1: %d %s", code, msg)
 	}
 }
