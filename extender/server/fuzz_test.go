@@ -521,6 +521,11 @@ func FuzzBind(f *testing.F) {
 		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"$UID","Node":"n1"}`,
 			`{"ALIYUN_COM_GPU_MEM_IDX":"7","scheduler.framework.gpushare.allocation":"{\"0\":{\"5\":3}}"}`, "10", "10", "", false},
 		{`{"PodName":"running","PodNamespace":"default","PodUID":"uid-running","Node":"n1"}`, "", "", "", "", false},
+		// Hostile binds: the right name with another pod's UID, the right pod in another
+		// namespace, a name and a node far longer than any the API allows.
+		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"uid-running","Node":"n1"}`, "", "4", "", "", false},
+		{`{"PodName":"$POD","PodNamespace":"kube-system","PodUID":"$UID","Node":"n1"}`, "", "4", "", "", false},
+		{`{"PodName":"` + strings.Repeat("p", 4096) + `","PodNamespace":"default","PodUID":"$UID","Node":"` + strings.Repeat("n", 4096) + `"}`, "", "4", "", "", false},
 	} {
 		f.Add([]byte(s.body), s.ann, s.q0, s.q1, s.qinit, s.sidecar)
 	}
