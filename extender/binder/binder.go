@@ -115,7 +115,7 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	} else if len(n.GPUs) == 0 {
 		return fmt.Errorf("%w: pod %s: node %s has no GPU in the extender's cache", ErrRefused, key, args.Node)
 	}
-	pod, live, err := b.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
+	pod, err := b.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
 	if err != nil {
 		return err
 	}
@@ -123,13 +123,10 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	if err != nil {
 		return fmt.Errorf("bind pod %s: %w", key, err)
 	}
-	if r.Units == 0 {
+	if !pod.NamesGPUMem {
 		// gpu-mem: 0 is bound (the scheduler sends us every pod naming the
-		// resource), a pod that does not name it at all is not ours. The
-		// record keeps only non-zero requests: read the pod itself.
-		if err := b.mentionsGPUMem(ctx, pod, live); err != nil {
-			return err
-		}
+		// resource), a pod that does not name it at all is not ours.
+		return fmt.Errorf("%w: pod %s does not request %s in any container: not a gpushare pod", ErrRefused, key, gpushare.ResourceName)
 	}
 	if pod.NodeName != "" {
 		// A retry of a bind that did succeed (the scheduler's request timed
@@ -297,20 +294,11 @@ func Rejected(err error) bool {
 
 // pod returns the informer's record of the pod, or the record of the API
 // server's pod when the informer has not seen it yet or holds an older pod of
-// the same name; then it also returns that pod (else nil).
-func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*cache.PodRecord, *corev1.Pod, error) {
+// the same name.
+func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*cache.PodRecord, error) {
 	if p, ok := b.cfg.Cache.Pod(namespace, name); ok && p.UID == uid {
-		return p, nil, nil
+		return p, nil
 	}
-	p, err := b.getPod(ctx, namespace, name, uid)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cache.RecordOf(p), p, nil
-}
-
-// getPod reads the pod from the API server; it must have uid.
-func (b *Binder) getPod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
 	p, err := b.cfg.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
@@ -318,40 +306,7 @@ func (b *Binder) getPod(ctx context.Context, namespace, name string, uid types.U
 	if p.UID != uid {
 		return nil, fmt.Errorf("%w: pod %s/%s has UID %s, the request names %s", ErrUIDMismatch, namespace, name, p.UID, uid)
 	}
-	return p, nil
-}
-
-// mentionsGPUMem refuses (ErrRefused) a pod none of whose containers or init
-// containers names aliyun.com/gpu-mem in its limits or requests. live is the
-// API server's pod when already read, else it is read now: the informer's
-// record keeps only non-zero requests, and gpu-mem: 0 pods are rare.
-func (b *Binder) mentionsGPUMem(ctx context.Context, pod *cache.PodRecord, live *corev1.Pod) error {
-	if live == nil {
-		var err error
-		if live, err = b.getPod(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {
-			return err
-		}
-	}
-	if MentionsGPUMem(live) {
-		return nil
-	}
-	return fmt.Errorf("%w: pod %s/%s does not request %s in any container: not a gpushare pod", ErrRefused, pod.Namespace, pod.Name, gpushare.ResourceName)
-}
-
-// MentionsGPUMem reports whether a container or init container of pod names
-// aliyun.com/gpu-mem in its limits or requests, whatever the value.
-func MentionsGPUMem(pod *corev1.Pod) bool {
-	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range cs {
-			if _, ok := cs[i].Resources.Limits[gpushare.ResourceName]; ok {
-				return true
-			}
-			if _, ok := cs[i].Resources.Requests[gpushare.ResourceName]; ok {
-				return true
-			}
-		}
-	}
-	return false
+	return cache.RecordOf(p), nil
 }
 
 // binding builds the Binding carrying the annotations. The API server merges

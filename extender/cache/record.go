@@ -47,6 +47,10 @@ type PodRecord struct {
 	// exactly as it was when they read it from the pod.
 	Requests   []gpushare.ContainerRequest
 	RequestErr error
+	// NamesGPUMem is whether any container names aliyun.com/gpu-mem at all,
+	// zero included: a gpu-mem: 0 pod is the scheduler's to send us, a pod
+	// without the key is not (Requests keeps only non-zero requests).
+	NamesGPUMem bool
 }
 
 // RecordOf returns the record of pod; pod is not kept or modified.
@@ -63,7 +67,24 @@ func RecordOf(pod *corev1.Pod) *PodRecord {
 		Annotations:     keptAnnotations(pod.Annotations),
 		Requests:        slices.Clip(reqs),
 		RequestErr:      err,
+		NamesGPUMem:     NamesGPUMem(pod),
 	}
+}
+
+// NamesGPUMem reports whether a container or init container of pod names
+// aliyun.com/gpu-mem in its limits or requests, whatever the value.
+func NamesGPUMem(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Limits[gpushare.ResourceName]; ok {
+				return true
+			}
+			if _, ok := cs[i].Resources.Requests[gpushare.ResourceName]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Request returns the pod's request, or the error reading it from the pod gave.

@@ -131,7 +131,7 @@ func TestPodRecord(t *testing.T) {
 	}
 	want := &PodRecord{
 		Namespace: "default", Name: "p", UID: full.UID, ResourceVersion: "12345", NodeName: "n1",
-		Phase: corev1.PodRunning, Terminating: true, Requests: wantReq.Containers,
+		Phase: corev1.PodRunning, Terminating: true, Requests: wantReq.Containers, NamesGPUMem: true,
 		Annotations: map[string]string{},
 	}
 	for _, k := range []string{gpushare.AnnotationGPUIndex, gpushare.AnnotationPodUnits, gpushare.AnnotationDevUnits,

@@ -612,7 +612,7 @@ func (e *fuzzEnv) checkBind(t *testing.T, body []byte) int {
 		// or a node without GPUs in the cache; nothing was written.
 		if code == http.StatusBadRequest {
 			view, known := e.cache.Node(args.Node)
-			ours := getErr == nil && got.UID == args.PodUID && binder.MentionsGPUMem(got)
+			ours := getErr == nil && got.UID == args.PodUID && cache.NamesGPUMem(got)
 			if known && len(view.GPUs) > 0 && ours {
 				t.Fatalf("bind of gpushare pod %s to GPU node %s refused with 400: %q", key, args.Node, res.Error)
 			}
