@@ -1,6 +1,7 @@
 package allocate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -45,24 +46,12 @@ func (e *OvercommitError) Error() string {
 // Unwrap returns ErrOvercommit.
 func (e *OvercommitError) Unwrap() error { return ErrOvercommit }
 
-// gpuUse is what the pods of a node charge on one GPU.
-type gpuUse struct {
-	units   uint64
-	holders []holderUnits
-}
-
-type holderUnits struct {
-	pod   string
-	units uint64
-}
-
-// usage sums, per GPU, what every pod bound to the node charges by its
-// annotations (gpushare.ChargesByGPU, as the extender and the inspector
-// count): every pod that is not finished, terminating ones included, since
-// their containers may still hold memory. A pod the extender never placed
-// charges the only GPU of a one-GPU node, where the plugin serves it.
-func usage(in Input, memo *Memo) map[int]*gpuUse {
-	out := map[int]*gpuUse{}
+// charges calls fn for every pod bound to the node with what it charges on
+// each GPU by its annotations (gpushare.ChargesByGPU, as the extender and the
+// inspector count): every pod that is not finished, terminating ones
+// included, since their containers may still hold memory. A pod the extender
+// never placed charges the only GPU of a one-GPU node, where the plugin serves it.
+func charges(in Input, memo *Memo, fn func(pod *corev1.Pod, byGPU map[int]uint64)) {
 	gpus := in.Inventory.GPUs()
 	for _, pod := range in.Pods {
 		if pod == nil || (in.Node != "" && pod.Spec.NodeName != in.Node) || finished(pod) {
@@ -72,62 +61,61 @@ func usage(in Input, memo *Memo) map[int]*gpuUse {
 		if info.problem != "" || len(info.reqs) == 0 {
 			continue
 		}
-		charges := info.charges
+		byGPU := info.charges
 		if !info.placed {
 			if len(gpus) != 1 {
 				continue
 			}
-			charges = map[int]uint64{gpus[0].Index: gpushare.PodUnits(info.reqs)}
+			byGPU = map[int]uint64{gpus[0].Index: gpushare.PodUnits(info.reqs)}
 		}
-		for g, units := range charges {
-			u := out[g]
-			if u == nil {
-				u = &gpuUse{}
-				out[g] = u
-			}
-			u.units += units
-			u.holders = append(u.holders, holderUnits{pod: pod.Namespace + "/" + pod.Name, units: units})
-		}
+		fn(pod, byGPU)
 	}
-	return out
 }
 
 // checkFits refuses the first decision whose GPU is over-committed by the
 // node's pods. The decision's own pod is among them: a GPU that holds more
-// than it has refuses every container placed on it until pods leave.
+// than it has refuses every container placed on it until pods leave. Only
+// the totals are kept on the way; the holders are named when one is over.
 func checkFits(in Input, memo *Memo, decisions []Decision) error {
-	var use map[int]*gpuUse
+	if len(decisions) == 0 {
+		return nil
+	}
+	used := map[int]uint64{}
+	charges(in, memo, func(_ *corev1.Pod, byGPU map[int]uint64) {
+		for g, u := range byGPU {
+			used[g] += u
+		}
+	})
 	for _, d := range decisions {
-		if use == nil {
-			use = usage(in, memo)
+		if g, ok := in.Inventory.GPU(d.Env.GPUIndex); ok && used[d.Env.GPUIndex] > g.Units {
+			return overcommitted(in, memo, d, g, used[d.Env.GPUIndex])
 		}
-		g, ok := in.Inventory.GPU(d.Env.GPUIndex)
-		u := use[d.Env.GPUIndex]
-		if !ok || u == nil || u.units <= g.Units {
-			continue
-		}
-		return overcommitted(in, d, g, u)
 	}
 	return nil
 }
 
-func overcommitted(in Input, d Decision, g inventory.State, u *gpuUse) error {
-	hs := slices.Clone(u.holders)
-	slices.SortStableFunc(hs, func(a, b holderUnits) int {
-		if a.units != b.units {
-			if a.units > b.units {
-				return -1
-			}
-			return 1
+// holderUnits is one pod's charge on a GPU, for the refusal's message.
+type holderUnits struct {
+	pod   string
+	units uint64
+}
+
+func overcommitted(in Input, memo *Memo, d Decision, g inventory.State, total uint64) error {
+	var hs []holderUnits
+	charges(in, memo, func(pod *corev1.Pod, byGPU map[int]uint64) {
+		if u, ok := byGPU[d.Env.GPUIndex]; ok {
+			hs = append(hs, holderUnits{pod: pod.Namespace + "/" + pod.Name, units: u})
 		}
-		return strings.Compare(a.pod, b.pod)
+	})
+	slices.SortStableFunc(hs, func(a, b holderUnits) int {
+		return cmp.Or(cmp.Compare(b.units, a.units), strings.Compare(a.pod, b.pod))
 	})
 	names := make([]string, len(hs))
 	for i, h := range hs {
 		names[i] = h.pod + "=" + strconv.FormatUint(h.units, 10)
 	}
 	return &OvercommitError{
-		Node: in.Node, GPU: d.Env.GPUIndex, GPUUnits: g.Units, Charged: u.units, Unit: in.Inventory.Unit(),
+		Node: in.Node, GPU: d.Env.GPUIndex, GPUUnits: g.Units, Charged: total, Unit: in.Inventory.Unit(),
 		Holders: names, Container: d.Pod.Namespace + "/" + d.Pod.Name + "/" + d.Container.Name,
 	}
 }
