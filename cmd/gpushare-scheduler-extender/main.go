@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,6 +53,8 @@ type options struct {
 	election    election
 	tlsCert     string
 	tlsKey      string
+	clientCA    string
+	clientNames string
 	debug       string
 }
 
@@ -99,6 +102,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.StringVar(&o.election.resourceSpace, "leader-elect-resource-namespace", namespace, "namespace of the Lease (default from $POD_NAMESPACE)")
 	fs.StringVar(&o.tlsCert, "tls-cert-file", "", "serve HTTPS with this PEM certificate (chain); re-read when it changes; needs -tls-private-key-file")
 	fs.StringVar(&o.tlsKey, "tls-private-key-file", "", "PEM private key of -tls-cert-file")
+	fs.StringVar(&o.clientCA, "tls-client-ca-file", "", "require a client certificate signed by one of this file's PEM CA certificates on every path but /healthz, /readyz and /version (mutual TLS); re-read when it changes; needs -tls-cert-file")
+	fs.StringVar(&o.clientNames, "tls-client-names", "", "comma-separated names (certificate common name or DNS name) that may call filter, prioritize and bind; empty means every certificate -tls-client-ca-file verifies; needs -tls-client-ca-file")
 	fs.StringVar(&o.debug, "debug-listen", "", "address to serve net/http/pprof on (e.g. 127.0.0.1:6060); empty means off; never on -listen")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -115,12 +120,29 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return o, errors.New("-tls-cert-file and -tls-private-key-file go together: set both or neither")
 	}
+	if o.clientCA != "" && o.tlsCert == "" {
+		return o, errors.New("-tls-client-ca-file needs HTTPS: set -tls-cert-file and -tls-private-key-file too")
+	}
+	if o.clientNames != "" && o.clientCA == "" {
+		return o, errors.New("-tls-client-names needs -tls-client-ca-file")
+	}
 	if o.election.enabled {
 		if err := o.election.validate(); err != nil {
 			return o, err
 		}
 	}
 	return o, nil
+}
+
+// splitNames reads a comma-separated list, dropping blanks.
+func splitNames(s string) []string {
+	var out []string
+	for n := range strings.SplitSeq(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // validate checks the timings as client-go's elector will, but names the flags.
@@ -177,6 +199,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	appCfg := app.Config{
 		Client: client, Logger: log, Policy: o.policy, AssumeTTL: o.assumeTTL, BindTimeout: o.bindTimeout,
 		MaxBodyBytes: o.maxBody, GPUMetrics: o.gpuMetrics, Version: version(), TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey,
+		TLSClientCAFile: o.clientCA, TLSClientNames: splitNames(o.clientNames),
 	}
 	if o.election.enabled {
 		id, err := identity(getenv, os.Hostname)

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +53,12 @@ type Config struct {
 	// with a pair re-read when the files change.
 	TLSCertFile string
 	TLSKeyFile  string
+	// TLSClientCAFile, set, requires a client certificate that chains to one
+	// of its PEM certificates (re-read when it changes) on every path but the
+	// probes; it needs HTTPS. TLSClientNames, set, narrows the scheduler verbs
+	// to certificates whose common name or a DNS name is listed.
+	TLSClientCAFile string
+	TLSClientNames  []string
 	// DebugListener, when set, serves net/http/pprof there and nowhere else.
 	DebugListener net.Listener
 }
@@ -95,16 +102,9 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if grace == 0 {
 		grace = 5 * time.Second
 	}
-	var tlsConfig *tls.Config
-	switch {
-	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
-		return errors.New("a TLS certificate file and a key file go together: set both or neither")
-	case cfg.TLSCertFile != "":
-		certs, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, tlsRecheck, time.Now, log.Named("tls"))
-		if err != nil {
-			return err
-		}
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.getCertificate}
+	tlsConfig, err := listenerTLS(cfg, log)
+	if err != nil {
+		return err
 	}
 	lead := newLeadership(cfg.LeaderElection)
 	reg := prometheus.NewRegistry()
@@ -125,6 +125,14 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	})
 	if err != nil {
 		return err
+	}
+	handler := lead.handler(s.Handler())
+	if cfg.TLSClientCAFile != "" {
+		auth, err := newClientAuth(cfg.TLSClientNames, reg, log.Named("client-auth"))
+		if err != nil {
+			return err
+		}
+		handler = auth.wrap(handler)
 	}
 	var elector interface{ Run(context.Context) }
 	var started <-chan context.Context
@@ -153,7 +161,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		idleTimeout = DefaultIdleTimeout
 	}
 	srv := &http.Server{
-		Handler:           lead.handler(s.Handler()),
+		Handler:           handler,
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: min(10*time.Second, readTimeout),
 		ReadTimeout:       readTimeout,
@@ -169,7 +177,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		served <- srv.Serve(ln)
 	}()
 	log.Info("serving", zap.String("address", ln.Addr().String()), zap.String("policy", cfg.Policy.String()),
-		zap.Bool("https", tlsConfig != nil), zap.Bool("leaderElection", cfg.LeaderElection != nil))
+		zap.Bool("https", tlsConfig != nil), zap.Bool("clientCertificates", cfg.TLSClientCAFile != ""), zap.Bool("leaderElection", cfg.LeaderElection != nil))
 	if cfg.DebugListener != nil {
 		dbg := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("debug"))}
 		go func() { _ = dbg.Serve(cfg.DebugListener) }()
@@ -230,6 +238,32 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		}
 	}
 	return runErr
+}
+
+// listenerTLS is the listener's TLS configuration from cfg; nil for plain
+// HTTP.
+func listenerTLS(cfg Config, log *zap.Logger) (*tls.Config, error) {
+	switch {
+	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
+		return nil, errors.New("a TLS certificate file and a key file go together: set both or neither")
+	case cfg.TLSCertFile == "" && cfg.TLSClientCAFile != "":
+		return nil, errors.New("a client CA file needs HTTPS: set a TLS certificate and key file too")
+	case cfg.TLSClientCAFile == "" && len(cfg.TLSClientNames) > 0:
+		return nil, errors.New("client names need a client CA file")
+	case cfg.TLSCertFile == "":
+		return nil, nil
+	}
+	certs, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, tlsRecheck, time.Now, log.Named("tls"))
+	if err != nil {
+		return nil, err
+	}
+	var clientCAs *fileReloader[*x509.CertPool]
+	if cfg.TLSClientCAFile != "" {
+		if clientCAs, err = newClientCAReloader(cfg.TLSClientCAFile, tlsRecheck, time.Now, log.Named("tls")); err != nil {
+			return nil, err
+		}
+	}
+	return serverTLS(certs, clientCAs), nil
 }
 
 // shutdown stops accepting at once and gives running requests grace to

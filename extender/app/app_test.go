@@ -372,6 +372,8 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"cert without key":   {TLSCertFile: "/nonexistent.crt"},
 		"missing TLS files":  {TLSCertFile: "/nonexistent.crt", TLSKeyFile: "/nonexistent.key"},
+		"client CA on HTTP":  {TLSClientCAFile: "/nonexistent.pem"},
+		"names without CA":   {TLSClientNames: []string{"kube-scheduler"}},
 		"fractional lease":   {LeaderElection: bad},
 		"renew beyond lease": {LeaderElection: &LeaderElection{Namespace: "ns", Name: "n", Identity: "i", LeaseDuration: time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}},
 	} {

@@ -63,12 +63,9 @@ func writePair(t *testing.T, dir string, cert, key []byte, mod time.Time) (strin
 	return c, k
 }
 
-func servedCN(t *testing.T, r *certReloader) string {
+func servedCN(t *testing.T, r *fileReloader[*tls.Certificate]) string {
 	t.Helper()
-	c, err := r.getCertificate(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := r.current()
 	leaf, err := x509.ParseCertificate(c.Certificate[0])
 	if err != nil {
 		t.Fatal(err)
