@@ -27,6 +27,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/plugin/podresources"
+	"github.com/gpushare/gpushare/plugin/server"
 )
 
 func main() {
@@ -45,6 +46,7 @@ type options struct {
 	fatalXids    []uint64
 	allocateWait time.Duration
 	metrics      string
+	deviceList   server.DeviceList
 	logLevel     zapcore.Level
 	node         string
 }
@@ -69,6 +71,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	})
 	fs.DurationVar(&o.allocateWait, "allocate-wait", manager.DefaultAllocateWait, "how long Allocate waits for its pod to reach the plugin's watch")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "host:port to serve Prometheus /metrics on (Allocate outcomes, records repaired); empty serves nothing")
+	listStrategy := fs.String("device-list-strategy", string(gpushare.DeviceListEnvvar), "how Allocate names the GPU to the container runtime, as NVIDIA's device plugin: "+
+		"a comma-separated list of "+strings.Join(gpushare.DeviceListStrategyNames(), ", ")+" (docs/device-plugin.md: only volume-mounts and the CDI ones resist a pod setting NVIDIA_VISIBLE_DEVICES itself)")
+	idStrategy := fs.String("device-id-strategy", string(gpushare.DeviceIDUUID), "how volume-mounts and the CDI strategies name the GPU: "+
+		strings.Join(gpushare.DeviceIDStrategyNames(), " or ")+" (envvar always writes the index)")
 	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -82,6 +88,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	}
 	if o.quiet <= 0 || o.allocateWait <= 0 {
 		return o, errors.New("--health-quiet-period and --allocate-wait must be positive")
+	}
+	var err error
+	if o.deviceList.Strategies, err = gpushare.ParseDeviceListStrategies(*listStrategy); err != nil {
+		return o, fmt.Errorf("--device-list-strategy: %w", err)
+	}
+	if o.deviceList.IDs, err = gpushare.ParseDeviceIDStrategy(*idStrategy); err != nil {
+		return o, fmt.Errorf("--device-id-strategy: %w", err)
 	}
 	return o, nil
 }
@@ -172,12 +185,13 @@ func serve(o options, logger *zap.Logger) error {
 		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir, PodResourcesSocket: o.podResources,
 		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
 		Health:  nvml.HealthOptions{FatalXids: o.fatalXids},
-		Restart: restart, Metrics: metrics, Logger: logger,
+		Restart: restart, Metrics: metrics, Logger: logger, DeviceList: o.deviceList,
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("starting", zap.String("node", o.node), zap.String("backend", o.backend), zap.Stringer("unit", o.unit), zap.String("dir", o.dir))
+	logger.Info("starting", zap.String("node", o.node), zap.String("backend", o.backend), zap.Stringer("unit", o.unit), zap.String("dir", o.dir),
+		zap.Stringer("deviceList", o.deviceList))
 	err = m.Run(ctx)
 	logger.Info("stopped")
 	return err

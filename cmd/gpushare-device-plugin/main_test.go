@@ -28,6 +28,14 @@ func TestParse(t *testing.T) {
 	if err != nil || o.unit != 256 || o.backend != "simulated:dgxh200" || o.healthCheck || o.quiet != 30*time.Second || o.dir != "/tmp/dp" {
 		t.Errorf("flags = %+v, %v", o, err)
 	}
+	if o, err := parse(nil, node, &bytes.Buffer{}); err != nil || o.deviceList.Strategies.String() != "envvar" || o.deviceList.IDs != gpushare.DeviceIDUUID {
+		t.Errorf("device list defaults = %v, %v; want envvar (GPUs by uuid)", o.deviceList, err)
+	}
+	o, err = parse([]string{"--device-list-strategy=volume-mounts,cdi-cri", "--device-id-strategy=index"}, node, &bytes.Buffer{})
+	if err != nil || !o.deviceList.Strategies.Includes(gpushare.DeviceListVolumeMounts) || !o.deviceList.Strategies.Includes(gpushare.DeviceListCDICRI) ||
+		o.deviceList.Strategies.Includes(gpushare.DeviceListEnvvar) || o.deviceList.IDs != gpushare.DeviceIDIndex {
+		t.Errorf("--device-list-strategy=volume-mounts,cdi-cri --device-id-strategy=index = %v, %v", o.deviceList, err)
+	}
 	o, err = parse([]string{"--health-fatal-xids=62, 140", "--health-fatal-xids=31"}, node, &bytes.Buffer{})
 	if err != nil || fmt.Sprint(o.fatalXids) != "[62 140 31]" {
 		t.Errorf("--health-fatal-xids = %v, %v; want [62 140 31]", o.fatalXids, err)
@@ -44,6 +52,10 @@ func TestParse(t *testing.T) {
 		{[]string{"--health-fatal-xids=62,x"}, map[string]string{"NODE_NAME": "n"}, `"x" is not an Xid`},
 		{[]string{"--health-fatal-xids="}, map[string]string{"NODE_NAME": "n"}, `"" is not an Xid`},
 		{[]string{"--log-level=loud"}, map[string]string{"NODE_NAME": "n"}, "loud"},
+		{[]string{"--device-list-strategy=volume-mount"}, map[string]string{"NODE_NAME": "n"},
+			`--device-list-strategy: invalid device list strategy "volume-mount": want one of envvar, volume-mounts, cdi-annotations, cdi-cri`},
+		{[]string{"--device-list-strategy="}, map[string]string{"NODE_NAME": "n"}, "want one of envvar, volume-mounts, cdi-annotations, cdi-cri"},
+		{[]string{"--device-id-strategy=serial"}, map[string]string{"NODE_NAME": "n"}, `--device-id-strategy: invalid device ID strategy "serial": want one of uuid, index`},
 	} {
 		var stderr bytes.Buffer
 		_, err := parse(tt.args, env(tt.env), &stderr)
@@ -57,6 +69,11 @@ func TestRunUsageErrorsExitTwo(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run([]string{"--memory-unit=7MiB"}, env(map[string]string{"NODE_NAME": "n"}), &stderr); code != 2 {
 		t.Errorf("exit %d; want 2 (%s)", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"--device-list-strategy=cdi"}, env(map[string]string{"NODE_NAME": "n"}), &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "want one of envvar, volume-mounts, cdi-annotations, cdi-cri") {
+		t.Errorf("exit %d (%s); want 2 and the valid strategies", code, stderr.String())
 	}
 	if code := run([]string{"-h"}, env(nil), &stderr); code != 0 {
 		t.Errorf("-h exit %d; want 0", code)

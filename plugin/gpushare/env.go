@@ -37,9 +37,11 @@ func (e ContainerEnv) Map() map[string]string {
 // kubelet's checkpoint; other variables in env are ignored. The four
 // ALIYUN_COM_GPU_MEM_* variables and NVIDIA_VISIBLE_DEVICES are required, and
 // NVIDIA_VISIBLE_DEVICES must name the same GPU index. A GPU UUID there (the
-// old plugin's form before 2022) is accepted as it cannot be checked; any other
-// text, such as the old failure marker "no-gpu-has-...-to-run", is an
-// *EnvError (ErrInvalidEnv).
+// old plugin's form before 2022) is accepted as it cannot be checked, and so
+// are DeviceListMountDir and VisibleDevicesVoid, which the volume-mounts and
+// CDI device-list strategies write: the GPU is then named by a mount or a CDI
+// device, not by the environment. Any other text, such as the old failure
+// marker "no-gpu-has-...-to-run", is an *EnvError (ErrInvalidEnv).
 func ParseContainerEnv(env map[string]string) (ContainerEnv, error) {
 	var e ContainerEnv
 	get := func(key string) (string, error) {
@@ -76,7 +78,7 @@ func ParseContainerEnv(env map[string]string) (ContainerEnv, error) {
 	if err != nil {
 		return ContainerEnv{}, err
 	}
-	if !strings.HasPrefix(vis, "GPU-") {
+	if !strings.HasPrefix(vis, "GPU-") && vis != DeviceListMountDir && vis != VisibleDevicesVoid {
 		if v, reason := parseGPUIndex(vis); reason != "" || v != idx {
 			return ContainerEnv{}, &EnvError{Key: EnvVisibleDevices, Value: vis, Reason: "does not name GPU index " + strconv.Itoa(idx)}
 		}

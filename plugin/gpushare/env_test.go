@@ -40,6 +40,9 @@ func TestParseContainerEnv(t *testing.T) {
 		{"isolation off", with(good, "CGPU_DISABLE", "true"), gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15, DisableIsolation: true}, ""},
 		{"isolation explicitly on", with(good, "CGPU_DISABLE", "false"), gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15}, ""},
 		{"legacy UUID", with(good, "NVIDIA_VISIBLE_DEVICES", "GPU-8a9b3c2d-0000-1111-2222-333344445555"), gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15}, ""},
+		{"volume-mounts strategy", with(good, "NVIDIA_VISIBLE_DEVICES", "/var/run/nvidia-container-devices"), gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15}, ""},
+		{"CDI strategies", with(good, "NVIDIA_VISIBLE_DEVICES", "void"), gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15}, ""},
+		{"another mount directory", with(good, "NVIDIA_VISIBLE_DEVICES", "/var/run/nvidia-container-devices/1"), gpushare.ContainerEnv{}, "NVIDIA_VISIBLE_DEVICES"},
 		{"old failure marker", with(good, "NVIDIA_VISIBLE_DEVICES", "no-gpu-has-4GiB-to-run"), gpushare.ContainerEnv{}, "NVIDIA_VISIBLE_DEVICES"},
 		{"other GPU visible", with(good, "NVIDIA_VISIBLE_DEVICES", "0"), gpushare.ContainerEnv{}, "NVIDIA_VISIBLE_DEVICES"},
 		{"all GPUs visible", with(good, "NVIDIA_VISIBLE_DEVICES", "all"), gpushare.ContainerEnv{}, "NVIDIA_VISIBLE_DEVICES"},
@@ -79,6 +82,8 @@ func FuzzParseContainerEnv(f *testing.F) {
 	f.Add(uint8(0x3f), "GPU-abc", "2", "1", "1", "15", "false")
 	f.Add(uint8(0x1f), "no-gpu-has-4GiB-to-run", "0", "4", "4", "15", "")
 	f.Add(uint8(0x1f), "01", "1", "4", "3", "15", "")
+	f.Add(uint8(0x1f), "/var/run/nvidia-container-devices", "1", "4", "3", "15", "")
+	f.Add(uint8(0x3f), "void", "7", "9", "9", "80", "false")
 	f.Fuzz(func(t *testing.T, present uint8, vis, idx, pod, ctr, dev, cgpu string) {
 		in := map[string]string{}
 		for i, v := range []string{vis, idx, pod, ctr, dev, cgpu} {

@@ -36,7 +36,8 @@ const AnnotationSkippedGPUs = "gpushare.io/skipped-gpus"
 
 // Container environment set by Allocate (contract section 3).
 const (
-	// EnvVisibleDevices tells the NVIDIA container runtime which GPU to expose; we write the index.
+	// EnvVisibleDevices tells the NVIDIA container runtime which GPU to expose; we write the index
+	// (DeviceListEnvvar), DeviceListMountDir (DeviceListVolumeMounts) or VisibleDevicesVoid (CDI only).
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 	// EnvGPUIndex holds the GPU index.
 	EnvGPUIndex = "ALIYUN_COM_GPU_MEM_IDX"

@@ -18,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/inventory"
 	"github.com/gpushare/gpushare/plugin/podresources"
 	"github.com/gpushare/gpushare/plugin/podsource"
+	"github.com/gpushare/gpushare/plugin/server"
 )
 
 // allocator answers Allocate: it matches the call with allocate.Match on
@@ -48,6 +49,8 @@ type allocator struct {
 	metrics *Metrics
 	// pending are answers whose holder the kubelet has not shown yet.
 	pending []pendingServe
+	// deviceList shapes each answer (envvar, volume-mounts, CDI).
+	deviceList server.DeviceList
 }
 
 // pendingServe is an answered call waiting for the kubelet to show whose
@@ -95,6 +98,14 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	}
 
 	resp := &pluginapi.AllocateResponse{}
+	for _, d := range decisions {
+		g, _ := inv.GPU(d.Env.GPUIndex) // Match serves only GPUs the inventory has
+		c, err := a.deviceList.ContainerResponse(d.Env, g.UUID)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "gpushare: %v", err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, c)
+	}
 	for i, d := range decisions {
 		a.served.Add(d.Pod.UID, d.Container.Name, d.Env)
 		log := a.log.With(zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name),
@@ -110,7 +121,6 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 			a.recordLocked(ctx, d)
 		}
 		log.Info("allocated")
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: d.Env.Map()})
 	}
 	a.metrics.count(outcomeAllocated, len(decisions))
 	a.log.Debug("Allocate answered", zap.Duration("took", time.Since(start)))

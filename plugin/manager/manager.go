@@ -60,6 +60,9 @@ type Config struct {
 	// Metrics counts Allocate's answers and the records repaired; nil counts nothing.
 	Metrics *Metrics
 	Logger  *zap.Logger
+	// DeviceList says how Allocate names the GPU to the container runtime
+	// (--device-list-strategy, --device-id-strategy); the zero value is envvar.
+	DeviceList server.DeviceList
 }
 
 // attributeEvery paces the settling of answered calls between Allocates.
@@ -168,7 +171,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// it runs after both: no Allocate is left to start a retry, and every
 	// retry sees ctx end.
 	defer rec.wait()
-	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}, memo: allocate.NewMemo(), metrics: m.cfg.Metrics}
+	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}, memo: allocate.NewMemo(), metrics: m.cfg.Metrics, deviceList: m.cfg.DeviceList}
 	if m.cfg.PodResourcesSocket != "" {
 		pr, err := podresources.New(m.cfg.PodResourcesSocket)
 		if err != nil {

@@ -6,20 +6,34 @@
 // A container whose image name contains "exit-0" finishes with exit code 0 soon after it starts
 // (the others run until stopped): tests use it for init containers that must run to completion
 // before a pod's regular containers start.
+//
+// Every container the kubelet creates is recorded as it reached the runtime, in
+// <socket's directory>/cri-containers/<container ID>.json (see containerRecord; -record-dir
+// changes the directory, empty turns recording off): its labels (pod, namespace, container),
+// annotations, environment in order, mounts and CDI devices, which is where a device plugin's
+// Allocate answer ends up. The file is written before CreateContainer answers, atomically, and
+// removed with the container.
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	apitest "k8s.io/cri-api/pkg/apis/testing"
 	fakeremote "k8s.io/cri-client/pkg/fake"
+	criutil "k8s.io/cri-client/pkg/util"
 )
 
 // exitMarker in an image name makes its containers finish by themselves.
@@ -49,23 +63,122 @@ func finishExiting(rs *apitest.FakeRuntimeService, period time.Duration, stop <-
 	}
 }
 
+// containerRecord is what fake-cri writes for each created container: the parts of its CRI
+// ContainerConfig a device plugin's Allocate answer reaches.
+type containerRecord struct {
+	ID          string            `json:"id"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	Envs        []keyValue        `json:"envs"` // in the kubelet's order: a later duplicate wins in a real runtime
+	Mounts      []mountRecord     `json:"mounts"`
+	Devices     []mountRecord     `json:"devices"`
+	CDIDevices  []string          `json:"cdiDevices"`
+}
+
+type keyValue struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+type mountRecord struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+	ReadOnly      bool   `json:"readOnly,omitempty"`
+}
+
+// recordingRuntime is the fake runtime service, recording each created container in dir.
+type recordingRuntime struct {
+	*fakeremote.RemoteRuntime
+	dir string
+}
+
+func (r *recordingRuntime) path(id string) string { return filepath.Join(r.dir, id+".json") }
+
+// CreateContainer creates the container in the fake and records its configuration.
+func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	resp, err := r.RemoteRuntime.CreateContainer(ctx, req)
+	if err != nil || r.dir == "" {
+		return resp, err
+	}
+	cfg := req.GetConfig()
+	rec := containerRecord{ID: resp.ContainerId, Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations()}
+	for _, e := range cfg.GetEnvs() {
+		rec.Envs = append(rec.Envs, keyValue{Key: e.GetKey(), Value: string(e.GetValue())})
+	}
+	for _, m := range cfg.GetMounts() {
+		rec.Mounts = append(rec.Mounts, mountRecord{ContainerPath: m.GetContainerPath(), HostPath: m.GetHostPath(), ReadOnly: m.GetReadonly()})
+	}
+	for _, d := range cfg.GetDevices() {
+		rec.Devices = append(rec.Devices, mountRecord{ContainerPath: d.GetContainerPath(), HostPath: d.GetHostPath()})
+	}
+	for _, d := range cfg.GetCDIDevices() {
+		rec.CDIDevices = append(rec.CDIDevices, d.GetName())
+	}
+	data, err := json.Marshal(rec)
+	if err == nil {
+		// Write and rename, so a reader never sees half a record.
+		tmp := r.path("." + resp.ContainerId)
+		if err = os.WriteFile(tmp, data, 0o644); err == nil {
+			err = os.Rename(tmp, r.path(resp.ContainerId))
+		}
+	}
+	if err != nil {
+		_, _ = r.RemoteRuntime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.ContainerId})
+		return nil, status.Errorf(codes.Internal, "fake-cri: record container %s: %v", resp.ContainerId, err)
+	}
+	return resp, nil
+}
+
+// RemoveContainer removes the container and its record.
+func (r *recordingRuntime) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	resp, err := r.RemoteRuntime.RemoveContainer(ctx, req)
+	if err == nil && r.dir != "" {
+		if rerr := os.Remove(r.path(req.GetContainerId())); rerr != nil && !os.IsNotExist(rerr) {
+			return nil, status.Errorf(codes.Internal, "fake-cri: remove the record of %s: %v", req.GetContainerId(), rerr)
+		}
+	}
+	return resp, err
+}
+
 func main() {
 	endpoint := flag.String("endpoint", "", "unix:///path/to/socket to serve on (required)")
+	recordDir := flag.String("record-dir", "-", "directory for the created containers' records; - means cri-containers beside the socket, empty records nothing")
 	flag.Parse()
 	if !strings.HasPrefix(*endpoint, "unix://") {
 		fmt.Fprintln(os.Stderr, "fake-cri: -endpoint must be unix:///path")
 		os.Exit(1)
 	}
+	socket := strings.TrimPrefix(*endpoint, "unix://")
 	// A stale socket from a killed run would make the listen fail.
-	_ = os.Remove(strings.TrimPrefix(*endpoint, "unix://"))
+	_ = os.Remove(socket)
+	dir := *recordDir
+	if dir == "-" {
+		dir = filepath.Join(filepath.Dir(socket), "cri-containers")
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "fake-cri:", err)
+			os.Exit(1)
+		}
+	}
 	runtime := fakeremote.NewFakeRemoteRuntime()
 	// The kubelet's remote image client rejects images without a size (the in-process fake skips
 	// that check): give every "pulled" image one, the size of the pause image.
 	runtime.ImageService.SetFakeImageSize(300 << 10)
-	if err := runtime.Start(*endpoint); err != nil {
+	// Served as fakeremote's Start serves it, with container creation recorded.
+	l, err := criutil.CreateListener(*endpoint)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake-cri:", err)
 		os.Exit(1)
 	}
+	server := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(server, &recordingRuntime{RemoteRuntime: runtime, dir: dir})
+	runtimeapi.RegisterImageServiceServer(server, runtime)
+	runtime.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+		{Type: runtimeapi.RuntimeReady, Status: true},
+		{Type: runtimeapi.NetworkReady, Status: true},
+	}}
+	go server.Serve(l) //nolint:errcheck // ends with Stop below
 	fmt.Println("fake-cri serving on", *endpoint)
 	done := make(chan struct{})
 	go finishExiting(runtime.RuntimeService, 50*time.Millisecond, done)
@@ -73,5 +186,5 @@ func main() {
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	<-stop
 	close(done)
-	runtime.Stop()
+	server.Stop()
 }

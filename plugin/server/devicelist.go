@@ -1,0 +1,88 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// DeviceList says how an Allocate answer names the container's GPU to the
+// container runtime: the device plugin's --device-list-strategy and
+// --device-id-strategy. The zero value is the envvar strategy (the old
+// gpushare's answer) with GPUs named by UUID wherever the ID strategy applies.
+type DeviceList struct {
+	Strategies gpushare.DeviceListStrategies // empty means envvar
+	IDs        gpushare.DeviceIDStrategy     // empty means uuid; envvar always writes the index
+}
+
+// String describes d for logs, e.g. "volume-mounts (GPUs by uuid)".
+func (d DeviceList) String() string {
+	return d.Strategies.String() + " (GPUs by " + string(d.ids()) + ")"
+}
+
+func (d DeviceList) ids() gpushare.DeviceIDStrategy {
+	if d.IDs == "" {
+		return gpushare.DeviceIDUUID
+	}
+	return d.IDs
+}
+
+// ContainerResponse is the answer for one container given env on the GPU of
+// UUID uuid. Whatever the strategies, the gpushare variables (env.Map(), the
+// contract) are all there; what changes is how the GPU reaches the runtime:
+//
+//   - envvar: NVIDIA_VISIBLE_DEVICES=<index>, as the old gpushare.
+//   - volume-mounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices
+//     and /dev/null mounted at /var/run/nvidia-container-devices/<id>
+//     (NVIDIA's plugin does the same, and with both envvar and volume-mounts
+//     the mount wins the variable, as there).
+//   - cdi-annotations: annotation cdi.k8s.io/gpushare-device-plugin_<index>
+//     = nvidia.com/gpu=<id>.
+//   - cdi-cri: CDIDevices [nvidia.com/gpu=<id>].
+//
+// With only CDI strategies NVIDIA_VISIBLE_DEVICES is "void" (NVIDIA's plugin
+// leaves it unset and its CDI specifications set void): an image's
+// NVIDIA_VISIBLE_DEVICES=all then adds nothing through the NVIDIA runtime's
+// hook. <id> is the GPU's UUID or its index, by d.IDs. An empty uuid where a
+// UUID is needed is an error: never a response naming no GPU.
+func (d DeviceList) ContainerResponse(env gpushare.ContainerEnv, uuid string) (*pluginapi.ContainerAllocateResponse, error) {
+	resp := &pluginapi.ContainerAllocateResponse{Envs: env.Map()}
+	s := d.Strategies
+	mounts := s.Includes(gpushare.DeviceListVolumeMounts)
+	annotations, cri := s.Includes(gpushare.DeviceListCDIAnnotations), s.Includes(gpushare.DeviceListCDICRI)
+	if !mounts && !annotations && !cri {
+		return resp, nil // envvar alone: env.Map() is the answer
+	}
+	id, err := d.id(env.GPUIndex, uuid)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case mounts:
+		resp.Envs[gpushare.EnvVisibleDevices] = gpushare.DeviceListMountDir
+		resp.Mounts = []*pluginapi.Mount{{ContainerPath: gpushare.DeviceListMountPath(id), HostPath: gpushare.DeviceListMountHostPath}}
+	case s.OnlyCDI():
+		resp.Envs[gpushare.EnvVisibleDevices] = gpushare.VisibleDevicesVoid
+	}
+	if annotations {
+		resp.Annotations = map[string]string{gpushare.CDIAnnotationKey(env.GPUIndex): gpushare.CDIDeviceName(id)}
+	}
+	if cri {
+		resp.CdiDevices = []*pluginapi.CDIDevice{{Name: gpushare.CDIDeviceName(id)}}
+	}
+	return resp, nil
+}
+
+// id names the GPU of index index and UUID uuid by d's ID strategy.
+func (d DeviceList) id(index int, uuid string) (string, error) {
+	if d.ids() == gpushare.DeviceIDIndex {
+		return strconv.Itoa(index), nil
+	}
+	if uuid == "" {
+		return "", fmt.Errorf("GPU %d has no UUID to name it by (--device-id-strategy=uuid)", index)
+	}
+	return uuid, nil
+}
