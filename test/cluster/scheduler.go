@@ -42,10 +42,11 @@ type Extender struct {
 
 // ExtenderTLS are the scheduler's TLS settings for an HTTPS extender.
 type ExtenderTLS struct {
-	Insecure bool
-	CAFile   string
-	CertFile string
-	KeyFile  string
+	Insecure   bool
+	ServerName string // the name checked in the extender's certificate; empty: the URL's host
+	CAFile     string
+	CertFile   string
+	KeyFile    string
 }
 
 // ManagedResource is an extended resource that routes a pod to the extender.
@@ -57,10 +58,11 @@ type ManagedResource struct {
 // schedulerConfigJSON renders the configuration. JSON is valid YAML, which the scheduler reads.
 func schedulerConfigJSON(cfg SchedulerConfig, kubeconfig string) ([]byte, error) {
 	type tlsConfig struct {
-		Insecure bool   `json:"insecure,omitempty"`
-		CAFile   string `json:"caFile,omitempty"`
-		CertFile string `json:"certFile,omitempty"`
-		KeyFile  string `json:"keyFile,omitempty"`
+		Insecure   bool   `json:"insecure,omitempty"`
+		ServerName string `json:"serverName,omitempty"`
+		CAFile     string `json:"caFile,omitempty"`
+		CertFile   string `json:"certFile,omitempty"`
+		KeyFile    string `json:"keyFile,omitempty"`
 	}
 	type managed struct {
 		Name               string `json:"name"`
@@ -107,7 +109,7 @@ func schedulerConfigJSON(cfg SchedulerConfig, kubeconfig string) ([]byte, error)
 			x.HTTPTimeout = e.HTTPTimeout.String()
 		}
 		if e.TLS != nil {
-			x.TLSConfig = &tlsConfig{Insecure: e.TLS.Insecure, CAFile: e.TLS.CAFile, CertFile: e.TLS.CertFile, KeyFile: e.TLS.KeyFile}
+			x.TLSConfig = (*tlsConfig)(e.TLS)
 		}
 		for _, m := range e.ManagedResources {
 			x.ManagedResources = append(x.ManagedResources, managed(m))

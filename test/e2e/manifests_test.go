@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/app"
@@ -102,8 +101,8 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := svc.Spec.Ports; len(p) != 1 || p[0].Port != 12345 || p[0].NodePort != 32766 {
-		t.Errorf("extender Service ports %+v, want 12345 exposed as NodePort 32766", p)
+	if p := svc.Spec.Ports; svc.Spec.Type != corev1.ServiceTypeClusterIP || len(p) != 1 || p[0].Port != 12345 || p[0].NodePort != 0 {
+		t.Errorf("extender Service %s ports %+v, want ClusterIP port 12345 and no NodePort", svc.Spec.Type, p)
 	}
 
 	// 2. The extender with only its shipped RBAC and leader election, as the shipped Deployment runs
@@ -156,17 +155,21 @@ func TestManifests(t *testing.T) {
 			l.Spec.AcquireTime != nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(l.Spec.AcquireTime.Time)
 	})
 
-	// 3. The device plugin with only its shipped RBAC: it patches its Node (status and annotation).
+	// 3. The device plugin with only its shipped RBAC and admission policy, with the credentials of
+	// its DaemonSet's pod (a token bound to a pod on its node), once the policy is in force: it
+	// patches its Node (status and annotation) and, below, its pods' records.
 	kubelet, err := c.AddKubelet(ctx, "gpu-node", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pluginAPI := pluginClient(t, c, kubelet.Name())
+	waitPolicyInForce(t, pluginAPI, kubelet.Name())
 	sim, err := nvml.NewSimulator(zaptest.NewLogger(t), "simulated:mixed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := manager.New(manager.Config{
-		Node: kubelet.Name(), Client: identityClient(t, c, "sa-device-plugin", saPlugin), Library: sim,
+		Node: kubelet.Name(), Client: pluginAPI, Library: sim,
 		DevicePluginDir: kubelet.DevicePluginDir(), HealthCheck: true,
 		Health: nvml.HealthOptions{WaitTimeout: 100 * time.Millisecond}, Logger: zaptest.NewLogger(t).Named("plugin"),
 	})
@@ -278,22 +281,15 @@ func TestManifests(t *testing.T) {
 	}
 }
 
-// identityClient is a clientset whose requests carry only the given user name.
+// identityClient is a clientset whose requests carry only the given user name (a client
+// certificate: no ServiceAccount token claims, so not the device plugin's node).
 func identityClient(t *testing.T, c *cluster.Cluster, name, user string) kubernetes.Interface {
 	t.Helper()
 	path, err := c.Kubeconfig(name, user)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client
+	return kubeconfigClient(t, path)
 }
 
 // startSchedulerWithConfig runs the bed's kube-scheduler with a shipped configuration whose

@@ -53,6 +53,11 @@ const (
 	// soakRecordWithin bounds how long, once every pod runs, a running pod may still lack its
 	// plugin record (ASSIGNED=true), whatever the faults did to the first writes.
 	soakRecordWithin = 30 * time.Second
+	// soakRefusalGrace is how long after a kubelet or plugin is back an admission refusal still
+	// belongs to its restart: a kubelet killed between two Allocate calls of one pod asks again
+	// after its restart for a container the plugin already served, and the plugin refuses that
+	// only after its -allocate-wait (5 s) and a fresh list; then the checker's next look.
+	soakRefusalGrace = 5*time.Second + 5*time.Second
 )
 
 // TestSoak is issue 8's soak: pods are created and deleted continuously while the extender, the
@@ -216,17 +221,26 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 		t.Fatal(err)
 	}
 
-	// Hollow kubelets, each with our plugin as the plugin's ServiceAccount, through a fault proxy.
-	if s.pluginProxy, err = c.StartFaultProxy("soak-plugin", saPlugin); err != nil {
+	// Hollow kubelets, each with our plugin as the plugin's ServiceAccount with the token of a pod
+	// on its node (the shipped admission policy refuses it any other credential), all through one
+	// fault proxy that passes each plugin's token on.
+	if s.pluginProxy, err = c.StartTokenFaultProxy("soak-plugin"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.pluginProxy.Close)
-	pluginKubeconfig := s.pluginProxy.Kubeconfig()
 	for i := range soakKubelets {
 		name := fmt.Sprintf("gpu-%d", i)
 		k, err := c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{
 			gpushare.LabelGPUShare: gpushare.LabelValueTrue, soakKubeletLabel: "true",
 		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, err := c.PodTokenKubeconfig(ctx, pluginNamespace, pluginServiceAccount, pluginServiceAccount+"-"+name, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pluginKubeconfig, err := s.pluginProxy.Through(token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -607,6 +621,16 @@ func (s *soakBed) check(ctx context.Context) {
 	s.checkPods(l.Items, false)
 }
 
+// noteRefusalLocked keeps when a failed pod was first seen failed.
+func (s *soakBed) noteRefusalLocked(p *corev1.Pod, now time.Time) {
+	if p.Status.Phase != corev1.PodFailed || p.Spec.NodeName == "" {
+		return
+	}
+	if _, seen := s.refused[p.Name]; !seen {
+		s.refused[p.Name] = refusal{node: p.Spec.NodeName, reason: p.Status.Reason, message: p.Status.Message, seen: now}
+	}
+}
+
 // checkPods checks items (and the checkpoints read after them); strict also requires every
 // Running pod on a kubelet to have its entries in the checkpoint.
 func (s *soakBed) checkPods(items []corev1.Pod, strict bool) {
@@ -627,11 +651,7 @@ func (s *soakBed) checkPods(items []corev1.Pod, strict bool) {
 		if p.Status.Phase == corev1.PodRunning {
 			s.ran[p.Name] = true
 		}
-		if p.Status.Phase == corev1.PodFailed {
-			if _, seen := s.refused[p.Name]; !seen {
-				s.refused[p.Name] = refusal{node: p.Spec.NodeName, reason: p.Status.Reason, message: p.Status.Message, seen: now}
-			}
-		}
+		s.noteRefusalLocked(p, now)
 		s.mu.Unlock()
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -769,6 +789,13 @@ func (s *soakBed) converge() {
 		if err != nil {
 			unsettled = append(unsettled, err.Error())
 		} else {
+			// The checker stopped with the churn: a refusal issued since is first seen here.
+			now := time.Now()
+			s.mu.Lock()
+			for i := range l.Items {
+				s.noteRefusalLocked(&l.Items[i], now)
+			}
+			s.mu.Unlock()
 			for _, p := range l.Items {
 				if why := s.unsettled(&p); why != "" {
 					unsettled = append(unsettled, p.Name+": "+why)
@@ -930,7 +957,7 @@ func (s *soakBed) refusedInFaultWindow(p *corev1.Pod) bool {
 	}
 	for _, f := range s.faults {
 		if f.Target == r.node && (f.Kind == "kubelet" || f.Kind == "plugin") &&
-			!r.seen.Before(f.At) && r.seen.Before(f.end.Add(5*time.Second)) {
+			!r.seen.Before(f.At) && r.seen.Before(f.end.Add(soakRefusalGrace)) {
 			return true
 		}
 	}

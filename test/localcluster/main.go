@@ -116,17 +116,18 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 	if err != nil {
 		return err
 	}
-	var rbac []*unstructured.Unstructured
+	var rights []*unstructured.Unstructured
 	for _, o := range install {
 		switch o.GetKind() {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			rbac = append(rbac, o)
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			rights = append(rights, o)
 		}
 	}
-	if err := applier.ApplyAll(ctx, rbac); err != nil {
+	if err := applier.ApplyAll(ctx, rights); err != nil {
 		return err
 	}
-	fmt.Printf("applied the %d RBAC objects of manifests/ (our processes run with exactly these rights)\n", len(rbac))
+	fmt.Printf("applied the %d RBAC and admission objects of manifests/ (our processes run with exactly these rights)\n", len(rights))
 
 	if err := buildErr(); err != nil {
 		return err
@@ -165,7 +166,7 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 	if err != nil {
 		return err
 	}
-	extenders, err := manifests.Extenders(schedCfg, "http://"+addr+"/gpushare-scheduler")
+	extenders, err := manifests.Extenders(schedCfg, "http://"+addr+"/gpushare-scheduler", nil)
 	if err != nil {
 		return err
 	}
@@ -174,16 +175,18 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 	}
 	fmt.Printf("kube-scheduler ready in %s with the extender settings of %s\n", since(start), manifests.SchedulerConfigFile)
 
-	pluginKubeconfig, err := c.Kubeconfig("gpushare-device-plugin", "system:serviceaccount:kube-system:gpushare-device-plugin")
-	if err != nil {
-		return err
-	}
 	var nodeNames []string
 	for i := range nodes {
 		start = time.Now()
 		name := fmt.Sprintf("gpu-node-%d", i)
 		backend := backends[i%len(backends)]
 		k, err := c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+		if err != nil {
+			return err
+		}
+		// The credentials of the plugin's DaemonSet pod on this node: a token of its ServiceAccount
+		// bound to a pod there, whose node the shipped admission policy requires of its writes.
+		pluginKubeconfig, err := c.PodTokenKubeconfig(ctx, "kube-system", "gpushare-device-plugin", "gpushare-device-plugin-"+name, name)
 		if err != nil {
 			return err
 		}

@@ -1,5 +1,5 @@
 // Package manifests reads the repository's manifests/ the way `kubectl apply -k` does for the
-// subset of kustomize they use (resources and images), and applies the objects to a cluster with
+// subset of kustomize they use (resources, images and JSON 6902 patches), and applies the objects to a cluster with
 // server-side apply. The demo and the end-to-end tests use it, so both run the shipped files.
 package manifests
 
@@ -48,6 +48,7 @@ type kustomization struct {
 	Kind       string   `json:"kind"`
 	Resources  []string `json:"resources"`
 	Images     []Image  `json:"images"`
+	Patches    []Patch  `json:"patches"`
 }
 
 // Image is one entry of a kustomization's images list.
@@ -115,6 +116,11 @@ func load(dir string) ([]*unstructured.Unstructured, []Image, error) {
 			return nil, nil, err
 		}
 		objs = append(objs, fileObjs...)
+	}
+	for _, p := range k.Patches {
+		if err := applyPatch(dir, p, objs); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	return objs, images, nil
 }

@@ -98,8 +98,8 @@ func TestInstallManifests(t *testing.T) {
 	}
 
 	svc := convert[corev1.Service](t, objs["Service kube-system/gpushare-scheduler-extender"])
-	if p := svc.Spec.Ports; svc.Spec.Type != corev1.ServiceTypeNodePort || len(p) != 1 || p[0].Port != 12345 || p[0].NodePort != 32766 {
-		t.Errorf("extender Service %s %+v, want NodePort 32766 -> 12345", svc.Spec.Type, p)
+	if p := svc.Spec.Ports; svc.Spec.Type != corev1.ServiceTypeClusterIP || len(p) != 1 || p[0].Port != 12345 || p[0].NodePort != 0 {
+		t.Errorf("extender Service %s %+v, want ClusterIP port 12345 and no NodePort", svc.Spec.Type, p)
 	}
 	ext := convert[appsv1.Deployment](t, objs["Deployment kube-system/gpushare-scheduler-extender"])
 	// Two replicas, one binder at a time by leader election; only the leader is ready, so a rollout
@@ -172,8 +172,8 @@ func TestSchedulerConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkExtender(t, SchedulerConfigFile, data, "32766")
-	exts, err := Extenders(data, "http://x/gpushare-scheduler")
+	checkExtender(t, SchedulerConfigFile, data, "12345")
+	exts, err := Extenders(data, "http://x/gpushare-scheduler", nil)
 	if err != nil || len(exts) != 1 || !exts[0].NodeCacheCapable || exts[0].ManagedResources[0].Name != string(gpushare.ResourceName) {
 		t.Errorf("Extenders: %+v, %v", exts, err)
 	}
@@ -233,6 +233,19 @@ func TestLoadRejects(t *testing.T) {
 	write("kustomization.yaml", "resources: [a.yaml]\nimages:\n- name: nothing\n  newTag: v1\n")
 	if _, err := Load(dir); err == nil {
 		t.Error("an images entry that matches nothing was accepted")
+	}
+	write("p.yaml", "- op: add\n  path: /data\n  value: {k: v}\n")
+	write("kustomization.yaml", "resources: [a.yaml]\npatches:\n- path: p.yaml\n  target: {kind: ConfigMap, name: b}\n")
+	if _, err := Load(dir); err == nil {
+		t.Error("a patch whose target matches nothing was accepted")
+	}
+	write("kustomization.yaml", "resources: [a.yaml]\npatches:\n- path: p.yaml\n  target: {kind: ConfigMap, name: a}\n")
+	if objs, err := Load(dir); err != nil || len(objs) != 1 || objs[0].Object["data"].(map[string]any)["k"] != "v" {
+		t.Errorf("a JSON 6902 patch: %v, %v", objs, err)
+	}
+	write("p.yaml", "metadata:\n  labels: {x: y}\n")
+	if _, err := Load(dir); err == nil {
+		t.Error("a strategic-merge patch, which the reader does not implement, was accepted")
 	}
 	write("kustomization.yaml", "resources: [a.yaml]\n")
 	write("a.yaml", "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: r.io/x:1\n---\n")

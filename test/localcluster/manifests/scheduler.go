@@ -12,8 +12,12 @@ import (
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
-// SchedulerConfigFile is the default scheduler's KubeSchedulerConfiguration, relative to Dir.
-const SchedulerConfigFile = "scheduler/kube-scheduler-config.yaml"
+// The default scheduler's KubeSchedulerConfiguration, relative to Dir: plain HTTP, and mutual TLS
+// (the mtls overlay).
+const (
+	SchedulerConfigFile     = "scheduler/kube-scheduler-config.yaml"
+	MTLSSchedulerConfigFile = "mtls/kube-scheduler-config.yaml"
+)
 
 // Second-scheduler names in manifests/second-scheduler.
 const (
@@ -25,12 +29,18 @@ const (
 
 // extenderConfig mirrors kubescheduler.config.k8s.io/v1 Extender for the fields the manifests set.
 type extenderConfig struct {
-	URLPrefix        string  `json:"urlPrefix"`
-	FilterVerb       string  `json:"filterVerb"`
-	PrioritizeVerb   string  `json:"prioritizeVerb"`
-	Weight           int64   `json:"weight"`
-	BindVerb         string  `json:"bindVerb"`
-	EnableHTTPS      bool    `json:"enableHTTPS"`
+	URLPrefix      string `json:"urlPrefix"`
+	FilterVerb     string `json:"filterVerb"`
+	PrioritizeVerb string `json:"prioritizeVerb"`
+	Weight         int64  `json:"weight"`
+	BindVerb       string `json:"bindVerb"`
+	EnableHTTPS    bool   `json:"enableHTTPS"`
+	TLS            *struct {
+		ServerName string `json:"serverName"`
+		CAFile     string `json:"caFile"`
+		CertFile   string `json:"certFile"`
+		KeyFile    string `json:"keyFile"`
+	} `json:"tlsConfig"`
 	HTTPTimeout      *string `json:"httpTimeout"`
 	NodeCacheCapable bool    `json:"nodeCacheCapable"`
 	ManagedResources []struct {
@@ -42,8 +52,12 @@ type extenderConfig struct {
 
 // Extenders returns the extenders of a KubeSchedulerConfiguration as the test bed's type, with
 // every URL prefix replaced by urlPrefix, so the demo runs the shipped settings against its own
-// extender.
-func Extenders(config []byte, urlPrefix string) ([]cluster.Extender, error) {
+// extender. Files named in tlsConfig are passed through files (nil: kept as shipped), so a test
+// can point them at its own copies.
+func Extenders(config []byte, urlPrefix string, files func(string) string) ([]cluster.Extender, error) {
+	if files == nil {
+		files = func(f string) string { return f }
+	}
 	var cfg struct {
 		Extenders []extenderConfig `json:"extenders"`
 	}
@@ -55,6 +69,9 @@ func Extenders(config []byte, urlPrefix string) ([]cluster.Extender, error) {
 		x := cluster.Extender{
 			URLPrefix: urlPrefix, FilterVerb: e.FilterVerb, PrioritizeVerb: e.PrioritizeVerb, Weight: e.Weight,
 			BindVerb: e.BindVerb, EnableHTTPS: e.EnableHTTPS, NodeCacheCapable: e.NodeCacheCapable, Ignorable: e.Ignorable,
+		}
+		if t := e.TLS; t != nil {
+			x.TLS = &cluster.ExtenderTLS{ServerName: t.ServerName, CAFile: files(t.CAFile), CertFile: files(t.CertFile), KeyFile: files(t.KeyFile)}
 		}
 		if e.HTTPTimeout != nil {
 			d, err := time.ParseDuration(*e.HTTPTimeout)
