@@ -13,6 +13,12 @@ type ContainerEnv struct {
 	ContainerUnits   uint64 // EnvContainerUnits
 	DevUnits         uint64 // EnvDevUnits
 	DisableIsolation bool   // EnvDisableIsolation="true" when set, absent otherwise
+	// Isolation is the tier the answer enforces (EnvIsolation); empty in
+	// records and checkpoints older than tiers.
+	Isolation Isolation
+	// ComputePercent is the container's compute limit (EnvComputePercent),
+	// 0 for none; only on tiers that can enforce it.
+	ComputePercent int
 }
 
 // Map returns the environment variables of e. NVIDIA_VISIBLE_DEVICES carries

@@ -27,6 +27,13 @@ type GPUInfo struct {
 	// from by itself (it needs a reset or a repair, then a plugin restart);
 	// omitted when false, so older readers and older values are unaffected.
 	Permanent bool `json:"permanent,omitempty"`
+	// Isolation is the tier this GPU offers now (its effective tier); empty
+	// from plugins that predate tiers, which offer none.
+	Isolation Isolation `json:"isolation,omitempty"`
+	// IsolationReason says why the GPU offers less than its node is
+	// configured for (the MPS control daemon does not answer, the HAMi-core
+	// library is missing); empty when it offers what was asked.
+	IsolationReason string `json:"isolationReason,omitempty"`
 }
 
 // TotalUnits sums the units of all GPUs, healthy or not, as the node's

@@ -1,0 +1,110 @@
+package gpushare
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Isolation is a memory-isolation tier (docs/isolation.md): how a container's
+// limit is enforced on a GPU, beyond the advisory environment every tier has.
+type Isolation string
+
+// The tiers. IsolationAny is a pod's requirement only ("any tier will do"),
+// never a GPU's.
+const (
+	IsolationNone     Isolation = "none"      // advisory environment only, as the seed
+	IsolationMPS      Isolation = "mps"       // NVIDIA MPS with a per-client pinned memory limit
+	IsolationHAMiCore Isolation = "hami-core" // the HAMi-core CUDA interception library
+	IsolationAny      Isolation = "any"
+)
+
+// Isolation contract names (contract section 9).
+const (
+	// AnnotationIsolation on a pod names the tier its GPUs must offer
+	// (none, mps, hami-core or any; absent means any).
+	AnnotationIsolation = "gpushare.io/isolation"
+	// AnnotationComputePercent on a pod is the share of a GPU's compute its
+	// containers may use, 1–100: a limit, not a reservation. Refused on
+	// IsolationNone, which cannot enforce it.
+	AnnotationComputePercent = "gpushare.io/compute-percent"
+	// LabelIsolation on a node overrides the plugin's -isolation flag.
+	LabelIsolation = "gpushare.io/isolation"
+	// EnvIsolation is the tier a container's answer enforces.
+	EnvIsolation = "GPUSHARE_ISOLATION"
+	// EnvComputePercent is the container's compute limit, when it has one.
+	EnvComputePercent = "GPUSHARE_COMPUTE_PERCENT"
+
+	// NVIDIA MPS client variables (MPS documentation, appendix "Environment variables").
+	EnvMPSPipeDirectory          = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSPinnedDeviceMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+	// HAMi-core variables.
+	EnvHAMiMemoryLimit = "CUDA_DEVICE_MEMORY_LIMIT"
+	EnvHAMiSMLimit     = "CUDA_DEVICE_SM_LIMIT"
+	EnvHAMiSharedCache = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+)
+
+// ErrInvalidIsolation marks an unknown tier or compute share.
+const ErrInvalidIsolation Error = "invalid gpushare isolation"
+
+// IsolationError says which value is wrong and why.
+type IsolationError struct {
+	Field, Value, Reason string
+}
+
+func (e *IsolationError) Error() string {
+	return string(ErrInvalidIsolation) + ": " + e.Field + " " + strconv.Quote(clip(e.Value)) + " " + e.Reason
+}
+
+// Unwrap returns ErrInvalidIsolation.
+func (e *IsolationError) Unwrap() error { return ErrInvalidIsolation }
+
+// ParseIsolation reads a GPU's or a node's tier: none, mps or hami-core.
+func ParseIsolation(s string) (Isolation, error) {
+	switch t := Isolation(strings.TrimSpace(s)); t {
+	case IsolationNone, IsolationMPS, IsolationHAMiCore:
+		return t, nil
+	}
+	return "", &IsolationError{Field: "tier", Value: s, Reason: "is not one of none, mps, hami-core"}
+}
+
+// PodIsolation reads a pod's required tier from its annotations: any when
+// absent.
+func PodIsolation(annotations map[string]string) (Isolation, error) {
+	v, ok := annotations[AnnotationIsolation]
+	if !ok || Isolation(v) == IsolationAny {
+		return IsolationAny, nil
+	}
+	t, err := ParseIsolation(v)
+	if err != nil {
+		return "", &IsolationError{Field: AnnotationIsolation, Value: v, Reason: "is not one of none, mps, hami-core, any"}
+	}
+	return t, nil
+}
+
+// PodComputePercent reads a pod's compute share from its annotations: 0 when
+// absent, else 1–100.
+func PodComputePercent(annotations map[string]string) (int, error) {
+	v, ok := annotations[AnnotationComputePercent]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 || strconv.Itoa(n) != v {
+		return 0, &IsolationError{Field: AnnotationComputePercent, Value: v, Reason: "is not a whole number from 1 to 100"}
+	}
+	return n, nil
+}
+
+// Offers reports whether a GPU of tier t satisfies a pod requiring want.
+// A GPU with no tier published (an older plugin) offers none.
+func (t Isolation) Offers(want Isolation) bool {
+	if t == "" {
+		t = IsolationNone
+	}
+	return want == IsolationAny || want == t
+}
+
+// Limits reports whether tier t can enforce a compute share.
+func (t Isolation) Limits() bool { return t == IsolationMPS || t == IsolationHAMiCore }
