@@ -2,7 +2,9 @@
 // library (go-nvml): it lists the node's physical GPUs, leaving out those in
 // MIG mode (Skipped says which and why), and watches them for critical Xid
 // and uncorrectable ECC errors, classifying each fault (XidCause: transient
-// or fatal) so the caller knows what can bring the GPU back. Every
+// or fatal) so the caller knows what can bring the GPU back. It also reads
+// and sets each GPU's compute mode, which the MPS isolation tier switches to
+// EXCLUSIVE_PROCESS and back (simulated GPUs remember it). Every
 // nvml.Return becomes a wrapped Go error, so nothing above it exits, panics
 // or has to know NVML.
 //

@@ -23,6 +23,9 @@ const (
 	ErrShutdown sentinelError = "NVML library already shut down"
 	// ErrUnknownBackend is returned by New for a backend string it does not know.
 	ErrUnknownBackend sentinelError = "unknown NVML backend"
+	// ErrNoPermission means NVML refused a change that needs root (such as a
+	// compute mode), so callers can tell the operator what the process lacks.
+	ErrNoPermission sentinelError = "not permitted: NVML needs root for this change"
 )
 
 // callError is a failed NVML call. Its text is rendered when it is created,
@@ -53,6 +56,8 @@ func (e *callError) Is(target error) bool {
 		return e.ret == nvml.ERROR_NOT_SUPPORTED
 	case ErrLibraryNotFound:
 		return e.ret == nvml.ERROR_LIBRARY_NOT_FOUND
+	case ErrNoPermission:
+		return e.ret == nvml.ERROR_NO_PERMISSION
 	}
 	return false
 }

@@ -49,7 +49,8 @@ type SkippedGPU struct {
 // could use none of it.
 const ReasonMIG = "MIG mode is enabled; gpushare shares whole GPUs, not MIG instances"
 
-// Library is the plugin's view of NVML: the GPUs and their health.
+// Library is the plugin's view of NVML: the GPUs, their health and their
+// compute mode (which the MPS isolation tier changes).
 type Library interface {
 	// Name is the backend string it was built from, for logs and the node description.
 	Name() string
@@ -64,6 +65,12 @@ type Library interface {
 	Skipped() []SkippedGPU
 	// WatchHealth sends unhealthy-GPU events to events until ctx ends or Shutdown.
 	WatchHealth(ctx context.Context, opts HealthOptions, events chan<- HealthEvent) error
+	// ComputeMode reads the compute mode of the GPU with the given UUID.
+	ComputeMode(uuid string) (ComputeMode, error)
+	// SetComputeMode sets the compute mode of the GPU with the given UUID.
+	// NVML needs root for it (ErrNoPermission otherwise); the mode lasts
+	// until changed again or the machine reboots (it then resets to DEFAULT).
+	SetComputeMode(uuid string, mode ComputeMode) error
 	// Shutdown waits for in-flight calls and watchers, then releases NVML; repeat calls are no-ops.
 	Shutdown() error
 }

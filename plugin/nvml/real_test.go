@@ -59,6 +59,14 @@ func TestRealNVML(t *testing.T) {
 		if g.Model == "" {
 			t.Errorf("GPU %d: no model name", i)
 		}
+		// Read only: changing the mode is the MPS tier's job, checked by
+		// test/gpu/run.sh, which restores it.
+		mode, err := lib.ComputeMode(g.UUID)
+		if err != nil {
+			t.Errorf("GPU %d: ComputeMode: %v", i, err)
+		} else {
+			t.Logf("GPU index=%d compute mode %v", g.Index, mode)
+		}
 	}
 
 	// A short health watch proves event registration and waiting work on

@@ -171,8 +171,9 @@ func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Serv
 	return s, nil
 }
 
-// completeSimDevice adds event support and a PCI bus ID to a mock GPU: the
-// mocks panic on event calls and report an empty bus ID.
+// completeSimDevice adds event support, a compute mode and a PCI bus ID to a
+// mock GPU: the mocks panic on event and compute-mode calls and report an
+// empty bus ID.
 func completeSimDevice(dev *server.Device) {
 	dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
 		return nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError, nvml.SUCCESS
@@ -185,6 +186,7 @@ func completeSimDevice(dev *server.Device) {
 		s.register(dev, mask)
 		return nvml.SUCCESS
 	}
+	completeSimComputeMode(dev)
 	pciInfo := dev.GetPciInfoFunc
 	busID := dev.PciBusID
 	dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
@@ -199,6 +201,27 @@ func completeSimDevice(dev *server.Device) {
 			p.BusId[i] = int8(busID[i])
 		}
 		return p, nvml.SUCCESS
+	}
+}
+
+// completeSimComputeMode gives a mock GPU a compute mode that starts at
+// DEFAULT, as on a freshly booted machine, and remembers what is set, so tests
+// read back what the code under test changed. Invalid modes fail as NVML does.
+func completeSimComputeMode(dev *server.Device) {
+	mode := nvml.COMPUTEMODE_DEFAULT // guarded by dev's lock
+	dev.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
+		dev.RLock()
+		defer dev.RUnlock()
+		return mode, nvml.SUCCESS
+	}
+	dev.SetComputeModeFunc = func(m nvml.ComputeMode) nvml.Return {
+		if m < nvml.COMPUTEMODE_DEFAULT || m >= nvml.COMPUTEMODE_COUNT {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		dev.Lock()
+		defer dev.Unlock()
+		mode = m
+		return nvml.SUCCESS
 	}
 }
 
