@@ -47,6 +47,7 @@ type options struct {
 	allocateWait time.Duration
 	metrics      string
 	deviceList   server.DeviceList
+	isolation    isolationOptions
 	logLevel     zapcore.Level
 	node         string
 }
@@ -75,6 +76,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		"a comma-separated list of "+strings.Join(gpushare.DeviceListStrategyNames(), ", ")+" (docs/device-plugin.md: only volume-mounts and the CDI ones resist a pod setting NVIDIA_VISIBLE_DEVICES itself)")
 	idStrategy := fs.String("device-id-strategy", string(gpushare.DeviceIDUUID), "how volume-mounts and the CDI strategies name the GPU: "+
 		strings.Join(gpushare.DeviceIDStrategyNames(), " or ")+" (envvar always writes the index)")
+	o.isolation.register(fs)
 	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -95,6 +97,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	}
 	if o.deviceList.IDs, err = gpushare.ParseDeviceIDStrategy(*idStrategy); err != nil {
 		return o, fmt.Errorf("--device-id-strategy: %w", err)
+	}
+	if err := o.isolation.check(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -181,17 +186,21 @@ func serve(o options, logger *zap.Logger) error {
 		return err
 	}
 	defer stopMetrics()
+	tiers, err := o.isolation.config(lib, logger)
+	if err != nil {
+		return err
+	}
 	m, err := manager.New(manager.Config{
 		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir, PodResourcesSocket: o.podResources,
 		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
 		Health:  nvml.HealthOptions{FatalXids: o.fatalXids},
-		Restart: restart, Metrics: metrics, Logger: logger, DeviceList: o.deviceList,
+		Restart: restart, Metrics: metrics, Logger: logger, DeviceList: o.deviceList, Isolation: tiers,
 	})
 	if err != nil {
 		return err
 	}
 	logger.Info("starting", zap.String("node", o.node), zap.String("backend", o.backend), zap.Stringer("unit", o.unit), zap.String("dir", o.dir),
-		zap.Stringer("deviceList", o.deviceList))
+		zap.Stringer("deviceList", o.deviceList), zap.String("isolation", string(o.isolation.tier)))
 	err = m.Run(ctx)
 	logger.Info("stopped")
 	return err

@@ -10,8 +10,12 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/isolation"
+	"github.com/gpushare/gpushare/plugin/manager"
+	"github.com/gpushare/gpushare/plugin/nvml"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -36,6 +40,20 @@ func TestParse(t *testing.T) {
 		o.deviceList.Strategies.Includes(gpushare.DeviceListEnvvar) || o.deviceList.IDs != gpushare.DeviceIDIndex {
 		t.Errorf("--device-list-strategy=volume-mounts,cdi-cri --device-id-strategy=index = %v, %v", o.deviceList, err)
 	}
+	if o, err := parse(nil, node, &bytes.Buffer{}); err != nil || o.isolation.tier != gpushare.IsolationNone || o.isolation.probeEvery != 2*time.Second ||
+		o.isolation.controlBin != "nvidia-cuda-mps-control" || o.isolation.paths != (isolation.Config{
+		MPSPipeDir: "/run/gpushare/mps/pipe", MPSShmDir: "/run/gpushare/mps/shm", HAMiLibrary: "/usr/local/vgpu/libvgpu.so",
+		HAMiPreload: "/usr/local/vgpu/ld.so.preload", HAMiLockDir: "/tmp/vgpulock", HAMiCacheRoot: "/var/lib/gpushare/hami-cache"}) {
+		t.Errorf("isolation defaults = %+v, %v", o.isolation, err)
+	}
+	o, err = parse([]string{"--isolation=hami-core", "--mps-control-bin=/opt/fake-mps-control", "--mps-pipe-dir=/tmp/p", "--mps-log-dir=/tmp/l",
+		"--mps-shm-dir=/tmp/s", "--hami-core-library=/opt/vgpu/libvgpu.so.v2", "--hami-core-preload=/opt/vgpu/preload", "--hami-core-lock-dir=/tmp/lock",
+		"--hami-core-cache-dir=/tmp/cache", "--isolation-probe-interval=100ms"}, node, &bytes.Buffer{})
+	if err != nil || o.isolation.tier != gpushare.IsolationHAMiCore || o.isolation.controlBin != "/opt/fake-mps-control" || o.isolation.mpsLogDir != "/tmp/l" ||
+		o.isolation.probeEvery != 100*time.Millisecond || o.isolation.paths != (isolation.Config{MPSPipeDir: "/tmp/p", MPSShmDir: "/tmp/s",
+		HAMiLibrary: "/opt/vgpu/libvgpu.so.v2", HAMiPreload: "/opt/vgpu/preload", HAMiLockDir: "/tmp/lock", HAMiCacheRoot: "/tmp/cache"}) {
+		t.Errorf("isolation flags = %+v, %v", o.isolation, err)
+	}
 	o, err = parse([]string{"--health-fatal-xids=62, 140", "--health-fatal-xids=31"}, node, &bytes.Buffer{})
 	if err != nil || fmt.Sprint(o.fatalXids) != "[62 140 31]" {
 		t.Errorf("--health-fatal-xids = %v, %v; want [62 140 31]", o.fatalXids, err)
@@ -56,6 +74,13 @@ func TestParse(t *testing.T) {
 			`--device-list-strategy: invalid device list strategy "volume-mount": want one of envvar, volume-mounts, cdi-annotations, cdi-cri`},
 		{[]string{"--device-list-strategy="}, map[string]string{"NODE_NAME": "n"}, "want one of envvar, volume-mounts, cdi-annotations, cdi-cri"},
 		{[]string{"--device-id-strategy=serial"}, map[string]string{"NODE_NAME": "n"}, `--device-id-strategy: invalid device ID strategy "serial": want one of uuid, index`},
+		{[]string{"--isolation=any"}, map[string]string{"NODE_NAME": "n"}, `"any" is not one of none, mps, hami-core`},
+		{[]string{"--isolation=cgpu"}, map[string]string{"NODE_NAME": "n"}, `is not one of none, mps, hami-core`},
+		{[]string{"--mps-pipe-dir=run/mps"}, map[string]string{"NODE_NAME": "n"}, `--mps-pipe-dir: "run/mps" is not a clean absolute path`},
+		{[]string{"--hami-core-cache-dir=/var/lib/../cache"}, map[string]string{"NODE_NAME": "n"}, `--hami-core-cache-dir: "/var/lib/../cache" is not a clean absolute path`},
+		{[]string{"--hami-core-library="}, map[string]string{"NODE_NAME": "n"}, `--hami-core-library: "" is not a clean absolute path`},
+		{[]string{"--mps-log-dir=/run/gpushare/mps/pipe"}, map[string]string{"NODE_NAME": "n"}, "--mps-pipe-dir and --mps-log-dir must differ"},
+		{[]string{"--isolation-probe-interval=0s"}, map[string]string{"NODE_NAME": "n"}, "--isolation-probe-interval must be positive"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parse(tt.args, env(tt.env), &stderr)
@@ -120,5 +145,27 @@ func TestServeMetrics(t *testing.T) {
 	}
 	if _, _, _, err := serveMetrics("256.0.0.1:1", zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--metrics-listen") {
 		t.Errorf("a bad address = %v; want an error naming the flag", err)
+	}
+}
+
+// The tier configuration carries an MPS daemon on the flags' pipe directory
+// for every GPU (a node label can select mps whatever the flag), and the
+// manager accepts it.
+func TestIsolationConfig(t *testing.T) {
+	o, err := parse([]string{"--mps-pipe-dir=/tmp/gpushare-test/pipe", "--mps-log-dir=/tmp/gpushare-test/log"}, env(map[string]string{"NODE_NAME": "n"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := nvml.NewSimulator(zap.NewNop(), "simulated:mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Shutdown()
+	cfg, err := o.isolation.config(lib, zap.NewNop())
+	if err != nil || cfg.Tier != gpushare.IsolationNone || cfg.MPS == nil || cfg.MPS.PipeDir() != "/tmp/gpushare-test/pipe" || cfg.Paths != o.isolation.paths {
+		t.Fatalf("config = %+v, %v", cfg, err)
+	}
+	if _, err := manager.New(manager.Config{Node: "n", Client: fake.NewClientset(), Library: lib, Isolation: cfg}); err != nil {
+		t.Errorf("manager.New refuses the configuration: %v", err)
 	}
 }

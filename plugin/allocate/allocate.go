@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/inventory"
+	"github.com/gpushare/gpushare/plugin/isolation"
 )
 
 // ErrNoMatch marks an Allocate call that no in-flight container matches.
@@ -55,6 +56,10 @@ type Input struct {
 	Served           Served               // containers served but maybe not yet visible on the pods; read only
 	// Memo keeps decoded pods between calls; nil decodes every pod on every call.
 	Memo *Memo
+	// Isolation is each GPU's tier by index, read only. A GPU without one
+	// has no tier: its answers carry no GPUSHARE_ISOLATION (the seed's), and
+	// it offers only none.
+	Isolation map[int]isolation.Status
 }
 
 // Decision is the answer for one container of an Allocate call.
@@ -120,6 +125,9 @@ type candidate struct {
 	gpus   []int                       // GPU of each entry of reqs
 	units  uint64                      // the pod's total
 	served map[string]bool             // containers already served
+	// percent is the pod's compute share (gpushare.io/compute-percent), part
+	// of every container's environment on a tier that limits compute.
+	percent int
 }
 
 // Match returns one Decision per entry of units (the device counts of the
@@ -145,6 +153,9 @@ func Match(in Input, units []uint64) ([]Decision, error) {
 		if !ok {
 			return nil, &NoMatchError{Node: in.Node, Units: n, Unit: in.Inventory.Unit(), Waiting: waiting(cands), Skipped: skipped}
 		}
+		if err := tierUp(in, d); err != nil {
+			return nil, err
+		}
 		served.Add(d.Pod.UID, d.Container.Name, d.Env)
 		out = append(out, d)
 	}
@@ -162,11 +173,9 @@ func pick(in Input, cands []candidate, n uint64) (Decision, bool) {
 			if r.Units != n || c.served[r.Name] {
 				continue
 			}
-			env := gpushare.ContainerEnv{
-				GPUIndex: c.gpus[i], PodUnits: c.units, ContainerUnits: r.Units, DisableIsolation: in.DisableIsolation,
-			}
-			g, _ := in.Inventory.GPU(c.gpus[i]) // checked in candidates
-			env.DevUnits = g.Units
+			// The tier and the share are part of the signature (docs/design.md):
+			// every field of env is compared below.
+			env := envOf(in, c, i)
 			if chosen == nil {
 				chosen = &Decision{Pod: c.pod, Container: r, Env: env}
 			} else if env != chosen.Env {
@@ -181,6 +190,16 @@ func pick(in Input, cands []candidate, n uint64) (Decision, bool) {
 		return Decision{}, false
 	}
 	return *chosen, true
+}
+
+// envOf is the environment of c's i-th container: its GPU, the units, and
+// its GPU's tier with the pod's compute share.
+func envOf(in Input, c candidate, i int) gpushare.ContainerEnv {
+	g, _ := in.Inventory.GPU(c.gpus[i]) // checked in candidates
+	return gpushare.ContainerEnv{
+		GPUIndex: c.gpus[i], PodUnits: c.units, ContainerUnits: c.reqs[i].Units, DevUnits: g.Units,
+		DisableIsolation: in.DisableIsolation, Isolation: in.Isolation[c.gpus[i]].Tier, ComputePercent: c.percent,
+	}
 }
 
 // waiting lists the unserved containers of every candidate, for messages.
@@ -267,6 +286,10 @@ func candidateOf(in Input, pod *corev1.Pod, info *podInfo, servedNow map[string]
 	if allServed(c) {
 		return nil, ""
 	}
+	if reason := checkTiers(in, info, c.gpus); reason != "" {
+		return nil, reason
+	}
+	c.percent = info.percent
 	c.order = info.asg.AssumeTime
 	if c.order == 0 {
 		c.order = pod.CreationTimestamp.UnixNano()

@@ -19,6 +19,13 @@ type podInfo struct {
 	gpus     []int           // GPU of each entry of reqs; nil when unplaced
 	charges  map[int]uint64  // units the pod charges per GPU; nil when unplaced
 	problem  string          // why the pod cannot be served; empty when it can
+	// tier and percent are the pod's isolation wishes (gpushare.io/isolation,
+	// gpushare.io/compute-percent). A malformed one is tierProblem: it keeps
+	// the pod from being served but not from charging its GPU, which its
+	// annotations name all the same.
+	tier        gpushare.Isolation
+	percent     int
+	tierProblem string
 }
 
 // decodePod reads pod once. A pod that cannot be served gets a problem and
@@ -34,6 +41,7 @@ func decodePod(pod *corev1.Pod) *podInfo {
 	if len(reqs) == 0 {
 		return info
 	}
+	decodeTier(pod, info)
 	if info.asg, info.placed, err = gpushare.DecodePodAssignment(pod.Annotations); err != nil {
 		info.problem = err.Error()
 		return info
@@ -64,6 +72,17 @@ func decodePod(pod *corev1.Pod) *podInfo {
 		}
 	}
 	return info
+}
+
+// decodeTier reads the pod's isolation annotations into info.
+func decodeTier(pod *corev1.Pod, info *podInfo) {
+	var err error
+	if info.tier, err = gpushare.PodIsolation(pod.Annotations); err == nil {
+		info.percent, err = gpushare.PodComputePercent(pod.Annotations)
+	}
+	if err != nil {
+		info.tierProblem = err.Error()
+	}
 }
 
 // Memo keeps each pod's decoded state by UID for as long as its

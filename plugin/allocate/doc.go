@@ -21,5 +21,12 @@
 // pods whose containers the kubelet has started. A Memo keeps each pod decoded
 // until its resourceVersion changes.
 //
+// Isolation tiers (tier.go): each answer carries its GPU's configured tier
+// and its pod's compute share, which are part of the signature like the
+// units; a pod whose required tier or compute share its GPU cannot give is
+// not a candidate; and a call on a GPU whose tier is down is refused
+// (IsolationDownError) whichever pod it is for, never answered without the
+// limit.
+//
 // Every ambiguity rule lives here and is table-tested.
 package allocate

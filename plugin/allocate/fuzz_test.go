@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/allocate"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/inventory"
+	"github.com/gpushare/gpushare/plugin/isolation"
 )
 
 // fuzzInventory reads comma-separated GPU sizes in GiB: GPU i has the i-th.
@@ -59,6 +60,28 @@ func matchWithin(t *testing.T, in allocate.Input, units []uint64) ([]allocate.De
 	return ds, err
 }
 
+// fuzzTiers reads one letter per GPU: n none, m mps, h hami-core, d mps
+// down, x an invalid node label (down, no tier); GPUs past the end (and any
+// other letter) get no Status, as a caller that knows no tiers.
+func fuzzTiers(s string) map[int]isolation.Status {
+	out := map[int]isolation.Status{}
+	for i, c := range s {
+		switch c {
+		case 'n':
+			out[i] = isolation.Status{Tier: gpushare.IsolationNone}
+		case 'm':
+			out[i] = isolation.Status{Tier: gpushare.IsolationMPS}
+		case 'h':
+			out[i] = isolation.Status{Tier: gpushare.IsolationHAMiCore}
+		case 'd':
+			out[i] = isolation.Status{Tier: gpushare.IsolationMPS, Down: true, Reason: "the MPS control daemon does not answer"}
+		case 'x':
+			out[i] = isolation.Status{Down: true, Reason: "node label gpushare.io/isolation=\"mpss\" is not one of none, mps, hami-core"}
+		}
+	}
+	return out
+}
+
 // hugeNegativeExponent matches a number with a negative decimal exponent of
 // five digits or more.
 var hugeNegativeExponent = regexp.MustCompile(`[0-9.][eE]-0*[1-9][0-9]{4,}`)
@@ -68,14 +91,19 @@ var hugeNegativeExponent = regexp.MustCompile(`[0-9.][eE]-0*[1-9][0-9]{4,}`)
 // does: every device ID is checked against the inventory, each container's
 // units are its device count, and Match decides. The answer must be a clear
 // error, or one decision per container that gives it exactly the GPU and
-// limits its own pod's annotations name; recording it must then keep every
-// container from being served twice.
+// limits its own pod's annotations name, on a GPU whose tier is up and
+// offers what the pod requires; recording it must then keep every container
+// from being served twice.
 func FuzzMatch(f *testing.F) {
 	f.Add("80,80", `[{"metadata":{"name":"a","namespace":"default","uid":"ua","annotations":{"ALIYUN_COM_GPU_MEM_IDX":"1","ALIYUN_COM_GPU_MEM_POD":"8","ALIYUN_COM_GPU_MEM_DEV":"80","ALIYUN_COM_GPU_MEM_ASSIGNED":"false","ALIYUN_COM_GPU_MEM_ASSUME_TIME":"1"}},"spec":{"nodeName":"n1","containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"8"}}}]}}]`,
-		`{"containerRequests":[{"devicesIds":["0-0","0-1","0-2","0-3","1-0","1-1","1-2","1-3"]}]}`, false)
+		`{"containerRequests":[{"devicesIds":["0-0","0-1","0-2","0-3","1-0","1-1","1-2","1-3"]}]}`, false, "")
 	f.Add("15", `[{"metadata":{"name":"seed","uid":"us"},"spec":{"nodeName":"n1","containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"2"}}}]}},null]`,
-		`{"containerRequests":[{"devicesIds":["0-14","0-14"]},{"devicesIds":[]}]}`, true)
-	f.Fuzz(func(t *testing.T, gpus, podsJSON, reqJSON string, isolationOff bool) {
+		`{"containerRequests":[{"devicesIds":["0-14","0-14"]},{"devicesIds":[]}]}`, true, "n")
+	f.Add("80,80", `[{"metadata":{"name":"a","namespace":"default","uid":"ua","annotations":{"ALIYUN_COM_GPU_MEM_IDX":"1","ALIYUN_COM_GPU_MEM_POD":"8","ALIYUN_COM_GPU_MEM_DEV":"80","ALIYUN_COM_GPU_MEM_ASSIGNED":"false","ALIYUN_COM_GPU_MEM_ASSUME_TIME":"1","gpushare.io/isolation":"mps","gpushare.io/compute-percent":"30"}},"spec":{"nodeName":"n1","containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"8"}}}]}}]`,
+		`{"containerRequests":[{"devicesIds":["0-0","0-1","0-2","0-3","1-0","1-1","1-2","1-3"]}]}`, false, "nm")
+	f.Add("80,80", `[{"metadata":{"name":"a","namespace":"default","uid":"ua","annotations":{"ALIYUN_COM_GPU_MEM_IDX":"1","ALIYUN_COM_GPU_MEM_POD":"8","ALIYUN_COM_GPU_MEM_DEV":"80","ALIYUN_COM_GPU_MEM_ASSIGNED":"false","ALIYUN_COM_GPU_MEM_ASSUME_TIME":"1","gpushare.io/compute-percent":"30"}},"spec":{"nodeName":"n1","containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"8"}}}]}}]`,
+		`{"containerRequests":[{"devicesIds":["0-0","0-1","0-2","0-3","1-0","1-1","1-2","1-3"]}]}`, false, "hd")
+	f.Fuzz(func(t *testing.T, gpus, podsJSON, reqJSON string, isolationOff bool, tiers string) {
 		inv, ok := fuzzInventory(gpus)
 		if !ok {
 			return
@@ -121,7 +149,8 @@ func FuzzMatch(f *testing.F) {
 		for i, p := range pods {
 			before[i] = p.DeepCopy()
 		}
-		in := allocate.Input{Node: node, Inventory: inv, DisableIsolation: isolationOff, Pods: pods}
+		tierOf := fuzzTiers(tiers)
+		in := allocate.Input{Node: node, Inventory: inv, DisableIsolation: isolationOff, Pods: pods, Isolation: tierOf}
 		ds, err := matchWithin(t, in, units)
 		if !reflect.DeepEqual(pods, before) {
 			t.Fatal("Match modified its pods")
@@ -131,7 +160,7 @@ func FuzzMatch(f *testing.F) {
 			t.Fatalf("Match not deterministic: %v, %v then %v, %v", ds, err, again, err2)
 		}
 		if err != nil {
-			checkMatchError(t, units, ds, err)
+			checkMatchError(t, units, ds, err, tierOf)
 			return
 		}
 		if len(ds) != len(units) {
@@ -141,6 +170,7 @@ func FuzzMatch(f *testing.F) {
 		served := map[string]bool{}
 		for i, d := range ds {
 			checkDecision(t, inv, pods, isolationOff, units[i], d)
+			checkTier(t, tierOf, d)
 			key := fmt.Sprintf("%d/%s", indexOfPod(pods, d.Pod), d.Container.Name)
 			if served[key] {
 				t.Fatalf("container %s served twice in one call", key)
@@ -173,12 +203,13 @@ func FuzzMatch(f *testing.F) {
 				p.Annotations[k] = v
 			}
 		}
-		next, err := matchWithin(t, allocate.Input{Node: node, Inventory: inv, DisableIsolation: isolationOff, Pods: recorded, Served: mem}, units)
+		next, err := matchWithin(t, allocate.Input{Node: node, Inventory: inv, DisableIsolation: isolationOff, Pods: recorded, Served: mem, Isolation: tierOf}, units)
 		if err != nil {
-			checkMatchError(t, units, next, err)
+			checkMatchError(t, units, next, err, tierOf)
 		}
 		for i, d := range next {
 			checkDecision(t, inv, recorded, isolationOff, units[i], d)
+			checkTier(t, tierOf, d)
 			if key := fmt.Sprintf("%d/%s", indexOfPod(recorded, d.Pod), d.Container.Name); served[key] {
 				t.Fatalf("container %s served again after its answer was recorded", key)
 			}
@@ -197,13 +228,18 @@ func indexOfPod(pods []*corev1.Pod, p *corev1.Pod) int {
 }
 
 // checkMatchError checks that a failed Match answered nothing and said why.
-func checkMatchError(t *testing.T, units []uint64, ds []allocate.Decision, err error) {
+func checkMatchError(t *testing.T, units []uint64, ds []allocate.Decision, err error, tiers map[int]isolation.Status) {
 	t.Helper()
 	if ds != nil {
 		t.Fatalf("Match failed (%v) with a partial answer %v", err, ds)
 	}
 	var nm *allocate.NoMatchError
+	var down *allocate.IsolationDownError
 	switch {
+	case errors.As(err, &down):
+		if s := tiers[down.GPU]; !s.Down || down.Reason != s.Reason || down.Tier != s.Tier || !strings.Contains(err.Error(), s.Reason) {
+			t.Fatalf("refused as down on GPU %d, whose tier is %+v: %v", down.GPU, s, err)
+		}
 	case errors.Is(err, allocate.ErrInvalidRequest):
 		if len(units) > 0 && !slices.Contains(units, 0) {
 			t.Fatalf("request %v refused as invalid: %v", units, err)
@@ -267,6 +303,26 @@ func checkDecision(t *testing.T, inv *inventory.Inventory, pods []*corev1.Pod, i
 	m := e.Map()
 	if back, err := gpushare.ParseContainerEnv(m); err != nil || back != e || m[gpushare.EnvVisibleDevices] != strconv.Itoa(g.Index) {
 		t.Fatalf("env %v of %+v reads back as %+v, %v", m, e, back, err)
+	}
+}
+
+// checkTier checks a decision against its GPU's tier and its pod's wishes:
+// never on a GPU whose tier is down, always with the GPU's tier and the
+// pod's compute share, and only where the tier offers what the pod requires.
+func checkTier(t *testing.T, tiers map[int]isolation.Status, d allocate.Decision) {
+	t.Helper()
+	s, e := tiers[d.Env.GPUIndex], d.Env
+	want, err1 := gpushare.PodIsolation(d.Pod.Annotations)
+	percent, err2 := gpushare.PodComputePercent(d.Pod.Annotations)
+	switch {
+	case s.Down:
+		t.Fatalf("served %s on GPU %d whose tier is down: %+v", d.Container.Name, e.GPUIndex, s)
+	case err1 != nil || err2 != nil:
+		t.Fatalf("served a pod with malformed isolation annotations: %v, %v", err1, err2)
+	case e.Isolation != s.Tier || e.ComputePercent != percent:
+		t.Fatalf("env %+v on GPU tier %+v; the pod asks for %d%%", e, s, percent)
+	case !s.Tier.Offers(want) || (percent > 0 && !s.Tier.Limits()):
+		t.Fatalf("served a pod requiring %q with %d%% on tier %q", want, percent, s.Tier)
 	}
 }
 

@@ -34,12 +34,11 @@ func Repairs(in Input) []Repair {
 		}
 		envs := gpushare.ContainerEnvs{}
 		for i, r := range c.reqs {
-			if c.served[r.Name] {
-				continue
+			if !c.served[r.Name] {
+				// The tier it was served with is its GPU's configured one: a
+				// call on a GPU whose tier is down is refused, never answered.
+				envs[r.Name] = envOf(in, c, i)
 			}
-			g, _ := in.Inventory.GPU(c.gpus[i]) // checked in candidates
-			envs[r.Name] = gpushare.ContainerEnv{GPUIndex: c.gpus[i], PodUnits: c.units, ContainerUnits: r.Units,
-				DevUnits: g.Units, DisableIsolation: in.DisableIsolation}
 		}
 		out = append(out, Repair{Pod: c.pod, Envs: envs})
 	}

@@ -26,7 +26,10 @@ const ErrInvalidContainerEnvs Error = "invalid gpushare container-env record"
 // containers included, names are unique across both lists) → the environment
 // Allocate returned for it. JSON, e.g.
 // {"main":{"gpu":0,"pod":4,"container":2,"dev":80}}, with "cgpuDisable":true
-// only when isolation was turned off.
+// only when isolation was turned off, "isolation":"<tier>" when the answer
+// carried a tier and "computePercent":<1–100> when it carried a compute
+// share (records written before tiers have neither, and encode to the same
+// bytes as before).
 type ContainerEnvs map[string]ContainerEnv
 
 // ContainerEnvsError reports why a container-env record is invalid.
@@ -50,7 +53,9 @@ func (e *ContainerEnvsError) Unwrap() error { return ErrInvalidContainerEnvs }
 // DNS-1123 labels (what the API server allows), GPU indices in
 // [0, MaxGPUsPerNode), container and device units in [1, MaxUnits], and pod
 // units in [container units, MaxUnits], since a pod's total can never be
-// below one of its containers.
+// below one of its containers; the tier, when set, is none, mps or
+// hami-core, and a compute share, when set, is 1–100 on a tier that limits
+// compute.
 func (c ContainerEnvs) Validate() error {
 	for _, name := range slices.Sorted(maps.Keys(c)) {
 		if err := validateContainerEnv(name, c[name]); err != nil {
@@ -76,6 +81,14 @@ func validateContainerEnv(name string, e ContainerEnv) error {
 	case e.PodUnits < e.ContainerUnits || e.PodUnits > MaxUnits:
 		return &ContainerEnvsError{Path: path + ".pod", Reason: uintString(e.PodUnits) + " is outside [" + uintString(e.ContainerUnits) + " (the container's units), " + uintString(MaxUnits) + "]"}
 	}
+	if e.Isolation != "" {
+		if _, reason := parseTier(string(e.Isolation)); reason != "" {
+			return &ContainerEnvsError{Path: path + ".isolation", Reason: clip(string(e.Isolation)) + " " + reason}
+		}
+	}
+	if reason := tierPercentReason(e.Isolation, e.ComputePercent); reason != "" {
+		return &ContainerEnvsError{Path: path + ".computePercent", Reason: strconv.Itoa(e.ComputePercent) + " " + reason}
+	}
 	return nil
 }
 
@@ -98,6 +111,13 @@ func EncodeContainerEnvs(c ContainerEnvs) (string, error) {
 		if e.DisableIsolation {
 			b.WriteString(`,"cgpuDisable":true`)
 		}
+		// Only when set, so records without a tier keep their bytes.
+		if e.Isolation != "" {
+			fmt.Fprintf(&b, `,"isolation":%s`, strconv.Quote(string(e.Isolation)))
+		}
+		if e.ComputePercent > 0 {
+			fmt.Fprintf(&b, `,"computePercent":%d`, e.ComputePercent)
+		}
 		b.WriteByte('}')
 	}
 	b.WriteByte('}')
@@ -112,6 +132,34 @@ type containerEnvJSON struct {
 	Container   json.RawMessage `json:"container"`
 	Dev         json.RawMessage `json:"dev"`
 	CGPUDisable *bool           `json:"cgpuDisable"`
+	Isolation   *string         `json:"isolation"`
+	// ComputePercent is raw for the same reason as the numbers above.
+	ComputePercent json.RawMessage `json:"computePercent"`
+}
+
+// decodeTier reads an entry's optional tier and compute share into e; a
+// share must be a plain integer from 1 to 100 (0 is written as absence).
+func decodeTier(path string, entry *containerEnvJSON, e *ContainerEnv) error {
+	if entry.Isolation != nil {
+		t, reason := parseTier(*entry.Isolation)
+		if reason != "" {
+			return &ContainerEnvsError{Path: path + ".isolation", Reason: clip(*entry.Isolation) + " " + reason}
+		}
+		e.Isolation = t
+	}
+	raw := string(bytes.TrimSpace(entry.ComputePercent))
+	if raw == "" || raw == "null" { // absent, like a null tier
+		return nil
+	}
+	n, reason := parseDigits(raw, 100)
+	if reason == "" && n == 0 {
+		reason = "is outside [1, 100]"
+	}
+	if reason != "" {
+		return &ContainerEnvsError{Path: path + ".computePercent", Reason: clip(raw) + " " + reason}
+	}
+	e.ComputePercent = int(n)
+	return nil
 }
 
 // DecodeContainerEnvs reads an AnnotationContainerEnv value. "{}" is a valid,
@@ -163,6 +211,9 @@ func DecodeContainerEnvs(s string) (ContainerEnvs, error) {
 		}
 		e.GPUIndex = int(gpu)
 		e.DisableIsolation = entry.CGPUDisable != nil && *entry.CGPUDisable
+		if err := decodeTier(path, entry, &e); err != nil {
+			return nil, err
+		}
 		if err := validateContainerEnv(name, e); err != nil {
 			return nil, err
 		}

@@ -24,6 +24,19 @@ func TestEncodeContainerEnvs(t *testing.T) {
 			"sidecar": {GPUIndex: 0, PodUnits: 6, ContainerUnits: 1, DevUnits: 15, DisableIsolation: true},
 			"app":     {GPUIndex: 1, PodUnits: 6, ContainerUnits: 5, DevUnits: 15},
 		}, `{"app":{"gpu":1,"pod":6,"container":5,"dev":15},"sidecar":{"gpu":0,"pod":6,"container":1,"dev":15,"cgpuDisable":true}}`, "-"},
+		{"tier and share after the contract's fields", gpushare.ContainerEnvs{
+			"a": {GPUIndex: 2, PodUnits: 4, ContainerUnits: 4, DevUnits: 80, Isolation: gpushare.IsolationMPS, ComputePercent: 25},
+			"b": {GPUIndex: 2, PodUnits: 4, ContainerUnits: 4, DevUnits: 80, DisableIsolation: true, Isolation: gpushare.IsolationNone},
+			"c": {GPUIndex: 2, PodUnits: 4, ContainerUnits: 4, DevUnits: 80, Isolation: gpushare.IsolationHAMiCore},
+		}, `{"a":{"gpu":2,"pod":4,"container":4,"dev":80,"isolation":"mps","computePercent":25},` +
+			`"b":{"gpu":2,"pod":4,"container":4,"dev":80,"cgpuDisable":true,"isolation":"none"},` +
+			`"c":{"gpu":2,"pod":4,"container":4,"dev":80,"isolation":"hami-core"}}`, "-"},
+		{"tier any", gpushare.ContainerEnvs{"a": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1, Isolation: gpushare.IsolationAny}}, "", `"a".isolation`},
+		{"unknown tier", gpushare.ContainerEnvs{"a": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1, Isolation: "cgpu"}}, "", `"a".isolation`},
+		{"share without a tier", gpushare.ContainerEnvs{"a": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1, ComputePercent: 10}}, "", `"a".computePercent`},
+		{"share on tier none", gpushare.ContainerEnvs{"a": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1, Isolation: "none", ComputePercent: 10}}, "", `"a".computePercent`},
+		{"share above 100", gpushare.ContainerEnvs{"a": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1, Isolation: "mps", ComputePercent: 101}}, "", `"a".computePercent`},
+		{"negative share", gpushare.ContainerEnvs{"a": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1, Isolation: "mps", ComputePercent: -1}}, "", `"a".computePercent`},
 		{"bad name", gpushare.ContainerEnvs{"Main": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1}}, "", `"Main"`},
 		{"empty name", gpushare.ContainerEnvs{"": {GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1}}, "", `""`},
 		{"GPU out of range", gpushare.ContainerEnvs{"a": {GPUIndex: 64, PodUnits: 1, ContainerUnits: 1, DevUnits: 1}}, "", `"a".gpu`},
@@ -83,6 +96,19 @@ func TestDecodeContainerEnvs(t *testing.T) {
 		{"pod below container", `{"a":{"gpu":0,"pod":1,"container":2,"dev":4}}`, nil, `"a".pod`},
 		{"bad name", `{"a_b":{"gpu":0,"pod":1,"container":1,"dev":1}}`, nil, `"a_b"`},
 		{"bad cgpu flag", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"cgpuDisable":"yes"}}`, nil, `"a"`},
+		{"tier and share", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"hami-core","computePercent":100}}`,
+			gpushare.ContainerEnvs{"a": {PodUnits: 1, ContainerUnits: 1, DevUnits: 1, Isolation: "hami-core", ComputePercent: 100}}, "-"},
+		{"null tier and share", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":null,"computePercent":null}}`,
+			gpushare.ContainerEnvs{"a": {PodUnits: 1, ContainerUnits: 1, DevUnits: 1}}, "-"},
+		{"tier any", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"any"}}`, nil, `"a".isolation`},
+		{"empty tier", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":""}}`, nil, `"a".isolation`},
+		{"tier not a string", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":1}}`, nil, `"a"`},
+		{"share zero", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"mps","computePercent":0}}`, nil, `"a".computePercent`},
+		{"share above 100", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"mps","computePercent":101}}`, nil, `"a".computePercent`},
+		{"share as a string", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"mps","computePercent":"5"}}`, nil, `"a".computePercent`},
+		{"share as a float", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"mps","computePercent":5.0}}`, nil, `"a".computePercent`},
+		{"share without a tier", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"computePercent":5}}`, nil, `"a".computePercent`},
+		{"share on tier none", `{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"none","computePercent":5}}`, nil, `"a".computePercent`},
 	}
 	for _, tt := range tests {
 		got, err := gpushare.DecodeContainerEnvs(tt.in)
@@ -106,6 +132,47 @@ func TestDecodeContainerEnvs(t *testing.T) {
 	}
 }
 
+// A record written before tiers keeps its bytes through a decode and an
+// encode: the new fields are written only when set.
+func TestContainerEnvsWithoutTierKeepTheirBytes(t *testing.T) {
+	for _, old := range []string{
+		`{"main":{"gpu":3,"pod":4,"container":2,"dev":80}}`,
+		`{"app":{"gpu":1,"pod":6,"container":5,"dev":15},"sidecar":{"gpu":0,"pod":6,"container":1,"dev":15,"cgpuDisable":true}}`,
+	} {
+		rec, err := gpushare.DecodeContainerEnvs(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := gpushare.EncodeContainerEnvs(rec); err != nil || got != old {
+			t.Errorf("re-encoded %s as %s, %v", old, got, err)
+		}
+	}
+}
+
+// A record and the environment it describes read back as the same
+// ContainerEnv, tier and share included: the soak compares the two.
+func TestRecordAndEnvironmentAgree(t *testing.T) {
+	for _, e := range []gpushare.ContainerEnv{
+		{GPUIndex: 3, PodUnits: 8, ContainerUnits: 6, DevUnits: 79},
+		{GPUIndex: 3, PodUnits: 8, ContainerUnits: 6, DevUnits: 79, Isolation: gpushare.IsolationNone},
+		{GPUIndex: 0, PodUnits: 1, ContainerUnits: 1, DevUnits: 1, Isolation: gpushare.IsolationMPS, ComputePercent: 1},
+		{GPUIndex: 63, PodUnits: 2, ContainerUnits: 1, DevUnits: 40, Isolation: gpushare.IsolationHAMiCore, ComputePercent: 100, DisableIsolation: true},
+	} {
+		enc, err := gpushare.EncodeContainerEnvs(gpushare.ContainerEnvs{"c": e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := gpushare.DecodeContainerEnvs(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromEnv, err := gpushare.ParseContainerEnv(e.Map())
+		if err != nil || fromEnv != e || rec["c"] != e {
+			t.Errorf("%+v: record %s reads %+v, environment %v reads %+v, %v", e, enc, rec["c"], e.Map(), fromEnv, err)
+		}
+	}
+}
+
 // A huge value is clipped in the error, so it cannot flood logs or events.
 func TestDecodeContainerEnvsClipsHugeNames(t *testing.T) {
 	name := strings.Repeat("x", 10000)
@@ -122,6 +189,8 @@ func FuzzDecodeContainerEnvs(f *testing.F) {
 	f.Add(`{"main":{"gpu":1,"pod":4,"container":4,"dev":15}}`)
 	f.Add(`{}`)
 	f.Add(`{"a":{"gpu":0,"pod":1.5,"container":1,"dev":1}}`)
+	f.Add(`{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"mps","computePercent":50}}`)
+	f.Add(`{"a":{"gpu":0,"pod":1,"container":1,"dev":1,"isolation":"none","computePercent":50}}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		got, err := gpushare.DecodeContainerEnvs(s)
 		if err != nil {

@@ -36,6 +36,12 @@ func (e ContainerEnv) Map() map[string]string {
 	if e.DisableIsolation {
 		m[EnvDisableIsolation] = LabelValueTrue
 	}
+	if e.Isolation != "" {
+		m[EnvIsolation] = string(e.Isolation)
+	}
+	if e.ComputePercent > 0 {
+		m[EnvComputePercent] = strconv.Itoa(e.ComputePercent)
+	}
 	return m
 }
 
@@ -48,6 +54,9 @@ func (e ContainerEnv) Map() map[string]string {
 // CDI device-list strategies write: the GPU is then named by a mount or a CDI
 // device, not by the environment. Any other text, such as the old failure
 // marker "no-gpu-has-...-to-run", is an *EnvError (ErrInvalidEnv).
+// GPUSHARE_ISOLATION and GPUSHARE_COMPUTE_PERCENT are optional (answers
+// older than tiers lack them); when present they must be exactly what Map
+// writes: a GPU's tier, and 1–100 on a tier that can limit compute.
 func ParseContainerEnv(env map[string]string) (ContainerEnv, error) {
 	var e ContainerEnv
 	get := func(key string) (string, error) {
@@ -96,5 +105,30 @@ func ParseContainerEnv(env map[string]string) (ContainerEnv, error) {
 	default:
 		return ContainerEnv{}, &EnvError{Key: EnvDisableIsolation, Value: v, Reason: `is neither "true" nor "false"`}
 	}
+	if err := parseTierEnv(env, &e); err != nil {
+		return ContainerEnv{}, err
+	}
 	return e, nil
+}
+
+// parseTierEnv reads the tier and the compute share into e.
+func parseTierEnv(env map[string]string, e *ContainerEnv) error {
+	if v, ok := env[EnvIsolation]; ok {
+		t, reason := parseTier(v)
+		if reason != "" {
+			return &EnvError{Key: EnvIsolation, Value: v, Reason: reason}
+		}
+		e.Isolation = t
+	}
+	if v, ok := env[EnvComputePercent]; ok {
+		n, reason := parsePercent(v)
+		if reason == "" {
+			reason = tierPercentReason(e.Isolation, n)
+		}
+		if reason != "" {
+			return &EnvError{Key: EnvComputePercent, Value: v, Reason: reason}
+		}
+		e.ComputePercent = n
+	}
+	return nil
 }

@@ -25,6 +25,16 @@ func TestContainerEnvMap(t *testing.T) {
 	if got := e.Map(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Map with isolation off = %v; want %v", got, want)
 	}
+	e.Isolation = gpushare.IsolationNone
+	want["GPUSHARE_ISOLATION"] = "none"
+	if got := e.Map(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Map on tier none = %v; want %v", got, want)
+	}
+	e.Isolation, e.ComputePercent = gpushare.IsolationMPS, 30
+	want["GPUSHARE_ISOLATION"], want["GPUSHARE_COMPUTE_PERCENT"] = "mps", "30"
+	if got := e.Map(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Map on tier mps with a compute share = %v; want %v", got, want)
+	}
 }
 
 func TestParseContainerEnv(t *testing.T) {
@@ -54,6 +64,18 @@ func TestParseContainerEnv(t *testing.T) {
 		{"bad dev units", with(good, "ALIYUN_COM_GPU_MEM_DEV", "99999999"), gpushare.ContainerEnv{}, "ALIYUN_COM_GPU_MEM_DEV"},
 		{"bad isolation flag", with(good, "CGPU_DISABLE", "1"), gpushare.ContainerEnv{}, "CGPU_DISABLE"},
 		{"empty", nil, gpushare.ContainerEnv{}, "ALIYUN_COM_GPU_MEM_IDX"},
+		{"tier none", with(good, "GPUSHARE_ISOLATION", "none"), gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15, Isolation: "none"}, ""},
+		{"tier hami-core", with(good, "GPUSHARE_ISOLATION", "hami-core"), gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15, Isolation: "hami-core"}, ""},
+		{"tier and share", with(with(good, "GPUSHARE_ISOLATION", "mps"), "GPUSHARE_COMPUTE_PERCENT", "100"),
+			gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 4, ContainerUnits: 3, DevUnits: 15, Isolation: "mps", ComputePercent: 100}, ""},
+		{"a pod's tier any", with(good, "GPUSHARE_ISOLATION", "any"), gpushare.ContainerEnv{}, "GPUSHARE_ISOLATION"},
+		{"padded tier", with(good, "GPUSHARE_ISOLATION", " mps"), gpushare.ContainerEnv{}, "GPUSHARE_ISOLATION"},
+		{"empty tier", with(good, "GPUSHARE_ISOLATION", ""), gpushare.ContainerEnv{}, "GPUSHARE_ISOLATION"},
+		{"share without a tier", with(good, "GPUSHARE_COMPUTE_PERCENT", "50"), gpushare.ContainerEnv{}, "GPUSHARE_COMPUTE_PERCENT"},
+		{"share on tier none", with(with(good, "GPUSHARE_ISOLATION", "none"), "GPUSHARE_COMPUTE_PERCENT", "50"), gpushare.ContainerEnv{}, "GPUSHARE_COMPUTE_PERCENT"},
+		{"share zero", with(with(good, "GPUSHARE_ISOLATION", "mps"), "GPUSHARE_COMPUTE_PERCENT", "0"), gpushare.ContainerEnv{}, "GPUSHARE_COMPUTE_PERCENT"},
+		{"share above 100", with(with(good, "GPUSHARE_ISOLATION", "mps"), "GPUSHARE_COMPUTE_PERCENT", "101"), gpushare.ContainerEnv{}, "GPUSHARE_COMPUTE_PERCENT"},
+		{"share with a leading zero", with(with(good, "GPUSHARE_ISOLATION", "mps"), "GPUSHARE_COMPUTE_PERCENT", "050"), gpushare.ContainerEnv{}, "GPUSHARE_COMPUTE_PERCENT"},
 	}
 	for _, tt := range tests {
 		got, err := gpushare.ParseContainerEnv(tt.in)
@@ -70,23 +92,29 @@ func TestParseContainerEnv(t *testing.T) {
 	}
 }
 
-// FuzzParseContainerEnv fuzzes the six variables; bit i of present says
+// FuzzParseContainerEnv fuzzes the eight variables; bit i of present says
 // whether the i-th is set at all.
 func FuzzParseContainerEnv(f *testing.F) {
 	keys := []string{
 		gpushare.EnvVisibleDevices, gpushare.EnvGPUIndex, gpushare.EnvPodUnits,
 		gpushare.EnvContainerUnits, gpushare.EnvDevUnits, gpushare.EnvDisableIsolation,
+		gpushare.EnvIsolation, gpushare.EnvComputePercent,
 	}
-	f.Add(uint8(0x1f), "1", "1", "4", "3", "15", "")
-	f.Add(uint8(0x3f), "0", "0", "2", "2", "79", "true")
-	f.Add(uint8(0x3f), "GPU-abc", "2", "1", "1", "15", "false")
-	f.Add(uint8(0x1f), "no-gpu-has-4GiB-to-run", "0", "4", "4", "15", "")
-	f.Add(uint8(0x1f), "01", "1", "4", "3", "15", "")
-	f.Add(uint8(0x1f), "/var/run/nvidia-container-devices", "1", "4", "3", "15", "")
-	f.Add(uint8(0x3f), "void", "7", "9", "9", "80", "false")
-	f.Fuzz(func(t *testing.T, present uint8, vis, idx, pod, ctr, dev, cgpu string) {
+	f.Add(uint8(0x1f), "1", "1", "4", "3", "15", "", "", "")
+	f.Add(uint8(0x3f), "0", "0", "2", "2", "79", "true", "", "")
+	f.Add(uint8(0x3f), "GPU-abc", "2", "1", "1", "15", "false", "", "")
+	f.Add(uint8(0x1f), "no-gpu-has-4GiB-to-run", "0", "4", "4", "15", "", "", "")
+	f.Add(uint8(0x1f), "01", "1", "4", "3", "15", "", "", "")
+	f.Add(uint8(0x1f), "/var/run/nvidia-container-devices", "1", "4", "3", "15", "", "", "")
+	f.Add(uint8(0x3f), "void", "7", "9", "9", "80", "false", "", "")
+	f.Add(uint8(0x5f), "1", "1", "4", "3", "15", "", "none", "")
+	f.Add(uint8(0xdf), "1", "1", "4", "3", "15", "", "mps", "40")
+	f.Add(uint8(0xdf), "void", "1", "4", "3", "15", "", "hami-core", "100")
+	f.Add(uint8(0xdf), "1", "1", "4", "3", "15", "", "none", "40")
+	f.Add(uint8(0x9f), "1", "1", "4", "3", "15", "", "", "7")
+	f.Fuzz(func(t *testing.T, present uint8, vis, idx, pod, ctr, dev, cgpu, tier, percent string) {
 		in := map[string]string{}
-		for i, v := range []string{vis, idx, pod, ctr, dev, cgpu} {
+		for i, v := range []string{vis, idx, pod, ctr, dev, cgpu, tier, percent} {
 			if present&(1<<i) != 0 {
 				in[keys[i]] = v
 			}

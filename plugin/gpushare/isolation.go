@@ -45,6 +45,29 @@ const (
 	EnvHAMiSharedCache = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
 )
 
+// Paths inside a container that the tiers' answers mount (contract section
+// 9). The host side of each mount is the plugin's configuration.
+const (
+	// MPSContainerShmDir is where an MPS client gets the directory the MPS
+	// server shares memory through: it must see the server's /dev/shm.
+	MPSContainerShmDir = "/dev/shm"
+	// HAMiContainerLibrary is where the HAMi-core library is mounted; the
+	// host's preload file must name exactly this path.
+	HAMiContainerLibrary = "/usr/local/vgpu/libvgpu.so"
+	// HAMiContainerPreload is the dynamic loader's preload list, replaced by
+	// the host's preload file so every process of the container loads the
+	// library without the image's cooperation.
+	HAMiContainerPreload = "/etc/ld.so.preload"
+	// HAMiContainerLockDir is the lock directory HAMi-core uses across the
+	// processes of a node (its /tmp/vgpulock).
+	HAMiContainerLockDir = "/tmp/vgpulock"
+	// HAMiContainerCacheDir is where a container's own cache directory is
+	// mounted; HAMi-core keeps the container's usage in EnvHAMiSharedCache,
+	// HAMiContainerCacheFile inside it.
+	HAMiContainerCacheDir  = "/usr/local/vgpu/gpushare"
+	HAMiContainerCacheFile = HAMiContainerCacheDir + "/cudevshr.cache"
+)
+
 // ErrInvalidIsolation marks an unknown tier or compute share.
 const ErrInvalidIsolation Error = "invalid gpushare isolation"
 
@@ -54,7 +77,7 @@ type IsolationError struct {
 }
 
 func (e *IsolationError) Error() string {
-	return string(ErrInvalidIsolation) + ": " + e.Field + " " + strconv.Quote(clip(e.Value)) + " " + e.Reason
+	return string(ErrInvalidIsolation) + ": " + e.Field + " " + clip(e.Value) + " " + e.Reason
 }
 
 // Unwrap returns ErrInvalidIsolation.
@@ -108,3 +131,44 @@ func (t Isolation) Offers(want Isolation) bool {
 
 // Limits reports whether tier t can enforce a compute share.
 func (t Isolation) Limits() bool { return t == IsolationMPS || t == IsolationHAMiCore }
+
+// OrNone returns t, or IsolationNone for the empty tier of a GPU published
+// by a plugin older than tiers (what such a GPU offers, and what a reader
+// should expect in its containers' environment: nothing).
+func (t Isolation) OrNone() Isolation {
+	if t == "" {
+		return IsolationNone
+	}
+	return t
+}
+
+// parseTier reads a GPU's tier exactly as written (no spaces): what an
+// answer or a record carries. It returns why on failure.
+func parseTier(s string) (Isolation, string) {
+	switch t := Isolation(s); t {
+	case IsolationNone, IsolationMPS, IsolationHAMiCore:
+		return t, ""
+	}
+	return "", "is not one of none, mps, hami-core"
+}
+
+// parsePercent reads a compute share: a canonical decimal from 1 to 100.
+func parsePercent(s string) (int, string) {
+	n, reason := parseDigits(s, 100)
+	if reason != "" || n == 0 || uintString(n) != s {
+		return 0, "is not a whole number from 1 to 100"
+	}
+	return int(n), ""
+}
+
+// tierPercentReason says why compute share n cannot go with tier t, or "".
+// Zero is no share; a share needs a tier that enforces it.
+func tierPercentReason(t Isolation, n int) string {
+	switch {
+	case n < 0 || n > 100:
+		return "is outside [0, 100]"
+	case n > 0 && !t.Limits():
+		return "needs an isolation tier that limits compute (mps or hami-core), not " + strconv.Quote(string(t.OrNone()))
+	}
+	return ""
+}

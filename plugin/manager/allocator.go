@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/allocate"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/inventory"
+	"github.com/gpushare/gpushare/plugin/isolation"
 	"github.com/gpushare/gpushare/plugin/podresources"
 	"github.com/gpushare/gpushare/plugin/podsource"
 	"github.com/gpushare/gpushare/plugin/server"
@@ -51,6 +54,10 @@ type allocator struct {
 	pending []pendingServe
 	// deviceList shapes each answer (envvar, volume-mounts, CDI).
 	deviceList server.DeviceList
+	// tiers returns each GPU's isolation tier state (nil: no tiers known);
+	// tierPaths are where the tiers' files are on the host.
+	tiers     func(*inventory.Inventory) map[int]isolation.Status
+	tierPaths isolation.Config
 }
 
 // pendingServe is an answered call waiting for the kubelet to show whose
@@ -99,9 +106,11 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 
 	resp := &pluginapi.AllocateResponse{}
 	for _, d := range decisions {
-		g, _ := inv.GPU(d.Env.GPUIndex) // Match serves only GPUs the inventory has
-		c, err := a.deviceList.ContainerResponse(d.Env, g.UUID)
+		c, err := a.answer(inv, d)
 		if err != nil {
+			// Never a container without its GPU or its limit.
+			a.log.Error("Allocate refused: the answer cannot be built", zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name),
+				zap.String("container", d.Container.Name), zap.Error(err))
 			return nil, status.Errorf(codes.Internal, "gpushare: %v", err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, c)
@@ -127,6 +136,40 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	return resp, nil
 }
 
+// answer builds one container's response: the device-list strategy's, with
+// its tier's composed in.
+func (a *allocator) answer(inv *inventory.Inventory, d allocate.Decision) (*pluginapi.ContainerAllocateResponse, error) {
+	g, _ := inv.GPU(d.Env.GPUIndex) // Match serves only GPUs the inventory has
+	req := isolation.Request{Env: d.Env, UUID: g.UUID, Unit: inv.Unit()}
+	if d.Env.Isolation == gpushare.IsolationHAMiCore {
+		dir, err := newCacheDir(a.tierPaths.HAMiCacheRoot)
+		if err != nil {
+			return nil, err
+		}
+		req.CacheDir = dir
+	}
+	tier, err := isolation.For(a.tierPaths, req)
+	if err != nil {
+		return nil, err
+	}
+	return a.deviceList.ContainerResponseWith(d.Env, g.UUID, tier)
+}
+
+// newCacheDir creates a fresh hami-core cache directory under root, named at
+// random: an answer must not depend on its pod (the kubelet may be serving
+// another pod of the same signature), and no two containers may share one.
+// Any user of the container must be able to create the cache file in it.
+func newCacheDir(root string) (string, error) {
+	dir, err := os.MkdirTemp(root, "c-")
+	if err != nil {
+		return "", fmt.Errorf("create the container's HAMi-core cache directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return "", fmt.Errorf("create the container's HAMi-core cache directory: %w", err)
+	}
+	return dir, nil
+}
+
 // match finds the containers a call is for (allocate.Match) on the node's
 // pods, every answer confirmed with a fresh read (fresh.go). It waits up to
 // a.wait for a pod bound a moment ago to reach the cache, or a pod that left
@@ -141,7 +184,7 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 		cached := a.src.Pods()
 		a.prune(cached)
 		a.memo.Retain(cached)
-		in := allocate.Input{Node: a.node, Inventory: inv, Pods: cached, Served: a.served, Memo: a.memo}
+		in := allocate.Input{Node: a.node, Inventory: inv, Pods: cached, Served: a.served, Memo: a.memo, Isolation: a.tiers(inv)}
 		if n, ok := a.src.Node(); ok {
 			in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
 		}
@@ -156,6 +199,13 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 		}
 		if err == nil {
 			return decisions, nil
+		}
+		if errors.Is(err, allocate.ErrIsolationDown) {
+			// Refused at once: the tier is probed every few seconds, and a
+			// container must not wait on it (the pod is created again).
+			a.metrics.count(outcomeIsolation, len(units))
+			a.log.Error("Allocate refused: the node's isolation tier is down", zap.Uint64s("units", units), zap.Error(err))
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
 		if !errors.Is(err, allocate.ErrNoMatch) && !errors.Is(err, allocate.ErrOvercommit) {
 			a.metrics.count(outcomeInvalid, len(units))

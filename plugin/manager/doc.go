@@ -19,5 +19,11 @@
 //     bounded backoff, and a reconciler writes the record of every pod whose
 //     containers the kubelet started, whatever was lost;
 //   - Allocate refuses a container whose GPU the node's pods together
-//     over-commit, whoever bound them.
+//     over-commit, whoever bound them;
+//   - the node's isolation tier (IsolationConfig, or the node's label) is
+//     probed at start and every ProbeEvery: in the mps tier the manager runs
+//     the MPS control daemon (started, restarted when it stops answering,
+//     stopped on exit); each GPU's effective tier is published at once when
+//     it changes, and while the tier is down every Allocate is refused
+//     (tiers.go).
 package manager

@@ -201,7 +201,7 @@ func (m *Manager) setInventory(ctx context.Context, inv *inventory.Inventory, ch
 	if srv != nil {
 		srv.SetDevices(inv.Devices())
 	}
-	if err := publishNode(ctx, m.cfg.Client, m.cfg.Node, inv, m.cfg.Library.Simulated()); err != nil {
+	if err := publishNode(ctx, m.cfg.Client, m.cfg.Node, inv, m.cfg.Library.Simulated(), m.tierStatuses(inv)); err != nil {
 		m.log.Error("publish GPU health on the node", zap.Error(err))
 	}
 }

@@ -230,8 +230,9 @@ func TestReconcilerRepairsLostRecord(t *testing.T) {
 	}
 	ann := waitAssigned(t, e.client, "lost")
 	rec, err := gpushare.DecodeContainerEnvs(ann[gpushare.AnnotationContainerEnv])
-	// DevUnits is the GPU's own size, as Allocate answers it (an H100 of 80 GiB).
-	want := gpushare.ContainerEnv{GPUIndex: 5, PodUnits: 8, ContainerUnits: 8, DevUnits: 80}
+	// DevUnits is the GPU's own size, as Allocate answers it (an H100 of 80 GiB);
+	// the tier is the node's, none by default.
+	want := gpushare.ContainerEnv{GPUIndex: 5, PodUnits: 8, ContainerUnits: 8, DevUnits: 80, Isolation: gpushare.IsolationNone}
 	if err != nil || rec["main"] != want {
 		t.Errorf("record = %v, %v; want main = %+v", rec, err, want)
 	}
@@ -266,10 +267,11 @@ func TestAllocateOvercommitRefusedAndCounted(t *testing.T) {
 		t.Fatalf("Allocate for fits = %v", err)
 	}
 	want := `
-# HELP gpushare_plugin_allocate_total Containers the kubelet asked Allocate for, by outcome: allocated, or refused as nomatch (no pod waits for one of that size), overcommit (its GPU would hold more than it has) or invalid (a malformed request).
+# HELP gpushare_plugin_allocate_total Containers the kubelet asked Allocate for, by outcome: allocated, or refused as nomatch (no pod waits for one of that size), overcommit (its GPU would hold more than it has), invalid (a malformed request) or isolation (the node's isolation tier is down).
 # TYPE gpushare_plugin_allocate_total counter
 gpushare_plugin_allocate_total{outcome="allocated"} 1
 gpushare_plugin_allocate_total{outcome="invalid"} 0
+gpushare_plugin_allocate_total{outcome="isolation"} 0
 gpushare_plugin_allocate_total{outcome="nomatch"} 0
 gpushare_plugin_allocate_total{outcome="overcommit"} 1
 `

@@ -16,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/allocate"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/inventory"
+	"github.com/gpushare/gpushare/plugin/isolation"
 	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/plugin/podresources"
 	"github.com/gpushare/gpushare/plugin/podsource"
@@ -63,6 +64,9 @@ type Config struct {
 	// DeviceList says how Allocate names the GPU to the container runtime
 	// (--device-list-strategy, --device-id-strategy); the zero value is envvar.
 	DeviceList server.DeviceList
+	// Isolation configures the memory-isolation tiers; the zero value is
+	// tier none everywhere the node's label does not say otherwise.
+	Isolation IsolationConfig
 }
 
 // attributeEvery paces the settling of answered calls between Allocates.
@@ -76,6 +80,12 @@ type Manager struct {
 	mu  sync.Mutex
 	inv *inventory.Inventory
 	srv *server.Server
+	// tier is the node's isolation tier state, the same for every GPU (one
+	// MPS daemon, one HAMi-core installation per node); tierKnown is false
+	// until the first probe.
+	tier      isolation.Status
+	tierKnown bool
+	tierSince time.Time // when tier was last set
 }
 
 // New checks cfg and fills in defaults.
@@ -111,6 +121,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.RecordRetry.Steps <= 0 {
 		cfg.RecordRetry = DefaultRecordRetry()
+	}
+	if err := cfg.Isolation.check(); err != nil {
+		return nil, fmt.Errorf("device plugin: isolation: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -155,9 +168,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	if lib.Simulated() {
 		m.log.Warn("using SIMULATED GPUs: no container gets a real GPU", zap.String("backend", lib.Name()))
 	}
-	if err := publishNode(ctx, m.cfg.Client, m.cfg.Node, inv, lib.Simulated()); err != nil {
-		return err
-	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -166,12 +176,28 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer src.Shutdown()
+	// The tier is probed (and the MPS daemon started) before the node is
+	// first published, so that publication already shows each GPU's
+	// effective tier. Deferred here, the daemon stops after the server and
+	// every background loop.
+	tiers := newTierWatch(m.cfg.Isolation, m.log, func() map[string]string {
+		if n, ok := src.Node(); ok {
+			return n.Labels
+		}
+		return nil
+	})
+	defer tiers.stop()
+	m.setTier(ctx, tiers, tiers.status(ctx))
+	if err := publishNode(ctx, m.cfg.Client, m.cfg.Node, inv, lib.Simulated(), m.tierStatuses(inv)); err != nil {
+		return err
+	}
 	rec := newRecorder(ctx, src, m.cfg.RecordRetry, m.log)
 	// Deferred before the server's stop (in serve) and the cancel below, so
 	// it runs after both: no Allocate is left to start a retry, and every
 	// retry sees ctx end.
 	defer rec.wait()
-	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{}, memo: allocate.NewMemo(), metrics: m.cfg.Metrics, deviceList: m.cfg.DeviceList}
+	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{},
+		memo: allocate.NewMemo(), metrics: m.cfg.Metrics, deviceList: m.cfg.DeviceList, tiers: m.tierStatuses, tierPaths: m.cfg.Isolation.Paths}
 	if m.cfg.PodResourcesSocket != "" {
 		pr, err := podresources.New(m.cfg.PodResourcesSocket)
 		if err != nil {
@@ -188,6 +214,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	wg.Go(func() { m.watchTiers(ctx, tiers) })
 	if alloc.holders != nil {
 		wg.Go(func() { every(ctx, attributeEvery, func() { alloc.attribute(ctx) }) })
 		// Without the pod-resources API records follow the plugin's own match,

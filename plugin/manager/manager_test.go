@@ -225,6 +225,11 @@ func TestRunPublishesRegistersAndAllocates(t *testing.T) {
 		desc.GPUs[0].Units != gpus[0].MemoryMiB/1024 || desc.GPUs[2].Units != gpus[2].MemoryMiB/1024 || desc.GPUs[0].Units == desc.GPUs[2].Units {
 		t.Errorf("node GPU description = %+v", desc)
 	}
+	for _, g := range desc.GPUs {
+		if g.Isolation != gpushare.IsolationNone || g.IsolationReason != "" {
+			t.Errorf("GPU %d published with tier %q (%q); want none, the default", g.Index, g.Isolation, g.IsolationReason)
+		}
+	}
 
 	c := e.plugin(t)
 	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
@@ -245,7 +250,7 @@ func TestRunPublishesRegistersAndAllocates(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := gpushare.ParseContainerEnv(resp.ContainerResponses[0].Envs)
-	want := gpushare.ContainerEnv{GPUIndex: 2, PodUnits: 4, ContainerUnits: 4, DevUnits: desc.GPUs[2].Units}
+	want := gpushare.ContainerEnv{GPUIndex: 2, PodUnits: 4, ContainerUnits: 4, DevUnits: desc.GPUs[2].Units, Isolation: gpushare.IsolationNone}
 	if err != nil || got != want {
 		t.Errorf("env = %+v, %v; want %+v", got, err, want)
 	}

@@ -10,6 +10,7 @@ const (
 	outcomeNoMatch    = "nomatch"
 	outcomeOvercommit = "overcommit"
 	outcomeInvalid    = "invalid"
+	outcomeIsolation  = "isolation"
 )
 
 // Metrics are the device plugin's Prometheus series: what Allocate answered
@@ -24,7 +25,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		allocate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpushare_plugin_allocate_total",
-			Help: "Containers the kubelet asked Allocate for, by outcome: allocated, or refused as nomatch (no pod waits for one of that size), overcommit (its GPU would hold more than it has) or invalid (a malformed request).",
+			Help: "Containers the kubelet asked Allocate for, by outcome: allocated, or refused as nomatch (no pod waits for one of that size), overcommit (its GPU would hold more than it has), invalid (a malformed request) or isolation (the node's isolation tier is down).",
 		}, []string{"outcome"}),
 		repaired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpushare_plugin_records_repaired_total",
@@ -37,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	// Every outcome is a series from the start, so a rate over a refusal that never happened is 0, not absent.
-	for _, o := range []string{outcomeAllocated, outcomeNoMatch, outcomeOvercommit, outcomeInvalid} {
+	for _, o := range []string{outcomeAllocated, outcomeNoMatch, outcomeOvercommit, outcomeInvalid, outcomeIsolation} {
 		m.allocate.WithLabelValues(o)
 	}
 	return m, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/inventory"
+	"github.com/gpushare/gpushare/plugin/isolation"
 	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/plugin/server"
 )
@@ -33,9 +34,19 @@ type nodeState struct {
 	skipped *string
 }
 
-// newNodeState describes inv, without the skipped GPUs.
-func newNodeState(inv *inventory.Inventory, simulated bool) (nodeState, error) {
-	desc, err := gpushare.EncodeNodeGPUs(inv.NodeGPUs(simulated))
+// newNodeState describes inv with each GPU's effective tier (none before the
+// first probe: tiers nil), without the skipped GPUs.
+func newNodeState(inv *inventory.Inventory, simulated bool, tiers map[int]isolation.Status) (nodeState, error) {
+	gpus := inv.NodeGPUs(simulated)
+	for i, g := range gpus.GPUs {
+		if s, ok := tiers[g.Index]; ok {
+			gpus.GPUs[i].Isolation = s.Effective()
+			if s.Down {
+				gpus.GPUs[i].IsolationReason = s.Reason
+			}
+		}
+	}
+	desc, err := gpushare.EncodeNodeGPUs(gpus)
 	if err != nil {
 		return nodeState{}, fmt.Errorf("encode the node GPU description: %w", err)
 	}
@@ -119,11 +130,12 @@ func writeNode(ctx context.Context, client kubernetes.Interface, node string, s 
 	return nil
 }
 
-// publishNode writes the GPU count and the GPU description of inv on node,
-// retrying transient errors a few times; the skipped-GPU annotation is left
-// to the republisher, which knows the skipped GPUs.
-func publishNode(ctx context.Context, client kubernetes.Interface, node string, inv *inventory.Inventory, simulated bool) error {
-	s, err := newNodeState(inv, simulated)
+// publishNode writes the GPU count and the GPU description of inv, with
+// each GPU's tier, on node, retrying transient errors a few times; the
+// skipped-GPU annotation is left to the republisher, which knows the
+// skipped GPUs.
+func publishNode(ctx context.Context, client kubernetes.Interface, node string, inv *inventory.Inventory, simulated bool, tiers map[int]isolation.Status) error {
+	s, err := newNodeState(inv, simulated, tiers)
 	if err != nil {
 		return err
 	}
@@ -179,7 +191,7 @@ func (m *Manager) startRepublisher(ctx context.Context, view nodeView) *republis
 	r := &republisher{
 		log: m.log, client: m.cfg.Client, node: m.cfg.Node, view: view, inv: m.inventory,
 		describe: func(inv *inventory.Inventory) (nodeState, error) {
-			s, err := newNodeState(inv, simulated)
+			s, err := newNodeState(inv, simulated, m.tierStatuses(inv))
 			if err != nil {
 				return s, err
 			}

@@ -34,7 +34,7 @@ func TestNodeStateMatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := newNodeState(inv, true)
+	base, err := newNodeState(inv, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,8 @@ func (r *reconciler) pass(ctx context.Context) error {
 func (a *allocator) repairs() []allocate.Repair {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	in := allocate.Input{Node: a.node, Inventory: a.inventory(), Pods: a.src.Pods(), Memo: a.memo}
+	inv := a.inventory()
+	in := allocate.Input{Node: a.node, Inventory: inv, Pods: a.src.Pods(), Memo: a.memo, Isolation: a.tiers(inv)}
 	if n, ok := a.src.Node(); ok {
 		in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
 	}

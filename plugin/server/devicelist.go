@@ -7,6 +7,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/isolation"
 )
 
 // DeviceList says how an Allocate answer names the container's GPU to the
@@ -72,6 +73,36 @@ func (d DeviceList) ContainerResponse(env gpushare.ContainerEnv, uuid string) (*
 	}
 	if cri {
 		resp.CdiDevices = []*pluginapi.CDIDevice{{Name: gpushare.CDIDeviceName(id)}}
+	}
+	return resp, nil
+}
+
+// ContainerResponseWith is ContainerResponse with an isolation tier's answer
+// (isolation.For) composed in: its variables join the strategy's, its mounts
+// follow the strategy's. The two never name the same variable or container
+// path; if they did, one would silently undo the other (a device mount, or
+// a memory limit), so that is an error.
+func (d DeviceList) ContainerResponseWith(env gpushare.ContainerEnv, uuid string, tier isolation.Answer) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := d.ContainerResponse(env, uuid)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range tier.Envs {
+		if _, dup := resp.Envs[k]; dup {
+			return nil, fmt.Errorf("the isolation tier's variable %s is already in the answer", k)
+		}
+		resp.Envs[k] = v
+	}
+	paths := make(map[string]bool, len(resp.Mounts))
+	for _, m := range resp.Mounts {
+		paths[m.ContainerPath] = true
+	}
+	for _, m := range tier.Mounts {
+		if paths[m.ContainerPath] {
+			return nil, fmt.Errorf("the isolation tier's mount at %s is already in the answer", m.ContainerPath)
+		}
+		paths[m.ContainerPath] = true
+		resp.Mounts = append(resp.Mounts, m)
 	}
 	return resp, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/internal/fakeapi"
 	"github.com/gpushare/gpushare/plugin/inventory"
+	"github.com/gpushare/gpushare/plugin/isolation"
 	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/plugin/server"
@@ -85,6 +86,62 @@ func TestContainerResponse(t *testing.T) {
 		}
 		if back, err := gpushare.ParseContainerEnv(got.Envs); err != nil || back != env {
 			t.Errorf("%s: the answer's environment reads back as %+v, %v; want %+v", d, back, err, env)
+		}
+	}
+}
+
+// Every strategy composes with every tier: the tier's variables join the
+// strategy's, its mounts follow, the rest of the strategy's answer is
+// untouched, and the contract's environment (GPUSHARE_ISOLATION included)
+// still reads back as the decision.
+func TestContainerResponseWithTier(t *testing.T) {
+	const uuid = "GPU-8a3c1f0e-5d2b-4c6a-9e7f-0123456789ab"
+	cfg := isolation.Config{MPSPipeDir: "/run/gpushare/mps/pipe", MPSShmDir: "/run/gpushare/mps/shm",
+		HAMiLibrary: "/usr/local/vgpu/libvgpu.so", HAMiPreload: "/usr/local/vgpu/ld.so.preload", HAMiLockDir: "/tmp/vgpulock"}
+	for _, list := range []string{"envvar", "volume-mounts", "cdi-cri", "envvar,cdi-annotations", "volume-mounts,cdi-cri"} {
+		for _, tt := range []struct {
+			tier    gpushare.Isolation
+			percent int
+		}{{gpushare.IsolationNone, 0}, {gpushare.IsolationMPS, 0}, {gpushare.IsolationMPS, 40}, {gpushare.IsolationHAMiCore, 60}} {
+			env := gpushare.ContainerEnv{GPUIndex: 3, PodUnits: 10, ContainerUnits: 6, DevUnits: 79, Isolation: tt.tier, ComputePercent: tt.percent}
+			tier, err := isolation.For(cfg, isolation.Request{Env: env, UUID: uuid, Unit: gpushare.GiB, CacheDir: "/var/lib/gpushare/hami-cache/c-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := server.DeviceList{Strategies: strategies(t, list)}
+			base, err := d.ContainerResponse(env, uuid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := d.ContainerResponseWith(env, uuid, tier)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", list, tt.tier, err)
+			}
+			want := proto.Clone(base).(*pluginapi.ContainerAllocateResponse)
+			maps.Copy(want.Envs, tier.Envs)
+			want.Mounts = append(want.Mounts, tier.Mounts...)
+			if !proto.Equal(got, want) {
+				t.Errorf("%s, %s: answer\n  %v\nwant\n  %v", list, tt.tier, got, want)
+			}
+			if back, err := gpushare.ParseContainerEnv(got.Envs); err != nil || back != env || got.Envs[gpushare.EnvIsolation] != string(tt.tier) {
+				t.Errorf("%s, %s: reads back as %+v, %v; want %+v", list, tt.tier, back, err, env)
+			}
+		}
+	}
+}
+
+// A tier's answer that would overwrite the strategy's is refused.
+func TestContainerResponseWithTierConflicts(t *testing.T) {
+	env := gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 2, ContainerUnits: 2, DevUnits: 40, Isolation: gpushare.IsolationMPS}
+	d := server.DeviceList{Strategies: strategies(t, "volume-mounts")}
+	for _, tier := range []isolation.Answer{
+		{Envs: map[string]string{gpushare.EnvVisibleDevices: "all"}},
+		{Envs: map[string]string{gpushare.EnvIsolation: "none"}},
+		{Mounts: []*pluginapi.Mount{{ContainerPath: "/var/run/nvidia-container-devices/GPU-1", HostPath: "/dev/null"}}},
+		{Mounts: []*pluginapi.Mount{{ContainerPath: "/dev/shm", HostPath: "/a"}, {ContainerPath: "/dev/shm", HostPath: "/b"}}},
+	} {
+		if resp, err := d.ContainerResponseWith(env, "GPU-1", tier); err == nil {
+			t.Errorf("tier answer %+v composed into %v; want an error", tier, resp)
 		}
 	}
 }
@@ -198,7 +255,7 @@ func TestAllocateDeviceListStrategies(t *testing.T) {
 				t.Fatal(err)
 			}
 			stop()
-			checkAnswer(t, list, resp, gpus[5], gpushare.ContainerEnv{GPUIndex: 5, PodUnits: 10, ContainerUnits: 10, DevUnits: 80})
+			checkAnswer(t, list, resp, gpus[5], gpushare.ContainerEnv{GPUIndex: 5, PodUnits: 10, ContainerUnits: 10, DevUnits: 80, Isolation: gpushare.IsolationNone})
 			node, err := api.CoreV1().Nodes().Get(t.Context(), dlNode, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -211,7 +268,7 @@ func TestAllocateDeviceListStrategies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := first.Annotations[gpushare.AnnotationContainerEnv], `{"main":{"gpu":5,"pod":10,"container":10,"dev":80}}`; got != want {
+			if got, want := first.Annotations[gpushare.AnnotationContainerEnv], `{"main":{"gpu":5,"pod":10,"container":10,"dev":80,"isolation":"none"}}`; got != want {
 				t.Errorf("record %s; want %s, as in envvar mode", got, want)
 			}
 
@@ -221,7 +278,7 @@ func TestAllocateDeviceListStrategies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkAnswer(t, list, resp, gpus[6], gpushare.ContainerEnv{GPUIndex: 6, PodUnits: 10, ContainerUnits: 10, DevUnits: 80})
+			checkAnswer(t, list, resp, gpus[6], gpushare.ContainerEnv{GPUIndex: 6, PodUnits: 10, ContainerUnits: 10, DevUnits: 80, Isolation: gpushare.IsolationNone})
 		})
 	}
 }

@@ -182,7 +182,7 @@ func TestPluginDeviceListStrategies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := gpushare.ContainerEnv{GPUIndex: gpu, PodUnits: gpushare.PodUnits(reqs), ContainerUnits: r.Units, DevUnits: devUnits}
+			want := expectedEnv(pod, reqs, r, gpu, devUnits, gpushare.IsolationNone)
 			key := "default/" + name + "/" + r.Name
 			if len(recorded[key]) == 0 {
 				t.Errorf("%s: no container reached the runtime", key)

@@ -47,7 +47,7 @@ func envMismatches(cp cluster.Checkpoint, pod *corev1.Pod, devUnits uint64) []st
 			out = append(out, fmt.Sprintf("pod %s container %s: %v", pod.Name, r.Name, err))
 			continue
 		}
-		want := gpushare.ContainerEnv{GPUIndex: gpu, PodUnits: gpushare.PodUnits(reqs), ContainerUnits: r.Units, DevUnits: devUnits}
+		want := expectedEnv(pod, reqs, r, gpu, devUnits, gpushare.IsolationNone)
 		entry := findEntry(cp, string(pod.UID), r.Name)
 		if entry == nil {
 			out = append(out, fmt.Sprintf("pod %s container %s: no checkpoint entry", pod.Name, r.Name))
@@ -170,7 +170,7 @@ func (p *naivePlugin) Allocate(ctx context.Context, req *pluginapi.AllocateReque
 			return nil, fmt.Errorf("naive plugin: no pod of %d units", n)
 		}
 		p.served[name] = true
-		env := gpushare.ContainerEnv{GPUIndex: chosen.GPUIndex, PodUnits: n, ContainerUnits: n, DevUnits: p.gpuUnits}
+		env := gpushare.ContainerEnv{GPUIndex: chosen.GPUIndex, PodUnits: n, ContainerUnits: n, DevUnits: p.gpuUnits, Isolation: gpushare.IsolationNone}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: env.Map()})
 	}
 	return resp, nil

@@ -758,7 +758,7 @@ func wantEnv(p *corev1.Pod, container string, n *soakNode) (gpushare.ContainerEn
 		if err != nil || g < 0 || g >= len(n.sizes) {
 			return gpushare.ContainerEnv{}, false
 		}
-		return gpushare.ContainerEnv{GPUIndex: g, PodUnits: gpushare.PodUnits(reqs), ContainerUnits: r.Units, DevUnits: n.sizes[g]}, true
+		return expectedEnv(p, reqs, r, g, n.sizes[g], gpushare.IsolationNone), true
 	}
 	return gpushare.ContainerEnv{}, false
 }

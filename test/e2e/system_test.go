@@ -410,7 +410,7 @@ func (b *systemBed) verifySystem(t *testing.T, items []corev1.Pod) verified {
 				t.Errorf("pod %s container %s: annotations name GPU %d, node %s has none", p.Name, r.Name, gpu, p.Spec.NodeName)
 				continue
 			}
-			want := gpushare.ContainerEnv{GPUIndex: gpu, PodUnits: gpushare.PodUnits(reqs), ContainerUnits: r.Units, DevUnits: info.Units}
+			want := expectedEnv(p, reqs, r, gpu, info.Units, info.Isolation)
 			sigs = append(sigs, signature{pod: p.Name, container: r.Name, env: want, assume: asg.AssumeTime})
 			if v.gpusOfSize[r.Units] == nil {
 				v.gpusOfSize[r.Units] = map[int]bool{}
