@@ -13,10 +13,15 @@
 //     regular container gets one GPU, init and sidecar containers stay on the
 //     pod's home GPU (written as ALIYUN_COM_GPU_MEM_IDX), and the split is
 //     recorded in the allocation annotation.
-//   - Unhealthy GPUs are never chosen.
+//   - Unhealthy GPUs are never chosen, nor GPUs whose effective isolation
+//     tier (published by the device plugin) does not offer the tier the pod's
+//     gpushare.io/isolation requires or cannot limit the compute share its
+//     gpushare.io/compute-percent asks; a node without any such GPU fails
+//     with a reason listing each GPU's tier and why it fell back.
 //   - The hold-back rule of docs/design.md ("Race-free Allocate", rule 2): a
 //     container may only take a GPU on which its device-plugin signature
-//     (container units, GPU, pod units, GPU units) equals that of every
+//     (container units, GPU, pod units, GPU units, the pod's isolation
+//     annotations; the GPU's tier comes with the GPU) equals that of every
 //     in-flight container of the same size on the node. When every fitting
 //     choice breaks that, the node fails with a reason naming the pod it
 //     waits for.

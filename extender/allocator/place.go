@@ -42,10 +42,12 @@ type constraint struct {
 func (c constraint) allows(g int) bool { return c.blocked == "" && (c.gpu < 0 || c.gpu == g) }
 
 // constraints evaluates the hold-back rule for every container size of r:
-// an in-flight container of the same size forces the same GPU, and forbids
-// the node outright when its pod's total differs (the plugin would hand out a
-// different ALIYUN_COM_GPU_MEM_POD) or when two in-flight containers of that
-// size already sit on different GPUs.
+// an in-flight container of the same size forces the same GPU (and so the
+// same GPU size and tier), and forbids the node outright when its pod's total
+// differs (the plugin would hand out a different ALIYUN_COM_GPU_MEM_POD), when
+// its pod's isolation annotations differ (another required tier or compute
+// share: another answer), or when two in-flight containers of that size
+// already sit on different GPUs.
 func constraints(n *Node, r Request) map[uint64]constraint {
 	if len(n.InFlight) == 0 {
 		return nil
@@ -64,6 +66,8 @@ func constraints(n *Node, r Request) map[uint64]constraint {
 				switch {
 				case p.PodUnits != r.Units:
 					k.blocked = fmt.Sprintf("waiting for pod %s (a %d-unit container of a %d-unit pod, not yet allocated by the device plugin)", p.Pod, s.Units, p.PodUnits)
+				case p.Isolation != r.Isolation:
+					k.blocked = fmt.Sprintf("waiting for pod %s (a %d-unit container of a pod with %s, not yet allocated by the device plugin)", p.Pod, s.Units, p.Isolation)
 				case k.gpu >= 0 && k.gpu != s.GPU:
 					k.blocked = fmt.Sprintf("waiting for pod %s (%d-unit containers in flight on GPUs %d and %d)", p.Pod, s.Units, k.gpu, s.GPU)
 				default:
@@ -97,28 +101,36 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 	if r.Units == 0 {
 		return Placement{}, &Unfit{Reason: "pod " + r.Pod + " requests no gpu-mem", Unresolvable: true}
 	}
-	var largest, healthyTotal uint64
-	healthy := 0
-	for _, g := range n.GPUs {
-		if g.Healthy {
-			healthy++
+	// From here on, a GPU r may not use (unhealthy, or not offering what its
+	// isolation annotations ask) is as good as absent.
+	iso := r.Isolation
+	var largest, usableTotal uint64
+	healthy, usable := false, false
+	for i, g := range n.GPUs {
+		healthy = healthy || g.Healthy
+		if iso.usable(g, n, i) {
+			usable = true
 			largest = max(largest, g.Units)
-			healthyTotal += g.Units
+			usableTotal += g.Units
 		}
 	}
-	if healthy == 0 {
+	if !healthy {
 		return Placement{}, &Unfit{Reason: "node " + n.Name + " has no healthy GPU", Unresolvable: true}
+	}
+	if !usable {
+		// Healthy GPUs, none offering what the pod asks.
+		return Placement{}, &Unfit{Reason: r.Isolation.unoffered(n), Unresolvable: true}
 	}
 	cons := constraints(n, r)
 	// Whole pod on one GPU.
 	best, fitting := -1, false
 	var heldBy string
 	for i, g := range n.GPUs {
-		if !g.Healthy || g.Free() < r.Units {
+		if !iso.usable(g, n, i) || g.Free() < r.Units {
 			continue
 		}
 		fitting = true
-		if why := blockedOn(cons, r, g.Index); why != "" {
+		if why := blockedOn(cons, r.Containers, g.Index); why != "" {
 			heldBy = why
 			continue
 		}
@@ -135,17 +147,18 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 	}
 	if r.regular() < 2 {
 		if r.Units > largest {
-			return Placement{}, &Unfit{Reason: tooBig(n, r.Units, largest), Unresolvable: true}
+			return Placement{}, &Unfit{Reason: tooBig(n, r, r.Units, largest), Unresolvable: true}
 		}
 		return Placement{}, &Unfit{Reason: ReasonInsufficient}
 	}
-	return split(n, r, policy, cons, largest, healthyTotal)
+	return split(n, r, policy, cons, largest, usableTotal)
 }
 
-// blockedOn returns why the hold-back rule forbids putting all of r's
-// containers on GPU g; empty when allowed.
-func blockedOn(cons map[uint64]constraint, r Request, g int) string {
-	for _, c := range r.Containers {
+// blockedOn returns why the hold-back rule forbids putting all of
+// containers on GPU g; empty when allowed. It takes the containers, not the
+// Request: called per GPU, a whole Request no longer fits the registers.
+func blockedOn(cons map[uint64]constraint, containers []gpushare.ContainerRequest, g int) string {
+	for _, c := range containers {
 		if k, ok := cons[c.Units]; ok && !k.allows(g) {
 			if k.blocked != "" {
 				return k.blocked
@@ -156,15 +169,16 @@ func blockedOn(cons map[uint64]constraint, r Request, g int) string {
 	return ""
 }
 
-// tooBig is the reason for a request no GPU of n can hold even when empty.
-func tooBig(n *Node, units, largest uint64) string {
+// tooBig is the reason for a request no GPU of n that r may use can hold
+// even when empty.
+func tooBig(n *Node, r Request, units, largest uint64) string {
 	return "pod requests " + strconv.FormatUint(units, 10) + " units of GPU memory on one GPU, more than the largest healthy GPU of node " +
-		n.Name + " has (" + strconv.FormatUint(largest, 10) + ")"
+		n.Name + r.Isolation.qualifier() + " has (" + strconv.FormatUint(largest, 10) + ")"
 }
 
 // split places each regular container of r on its own choice of GPU, init
 // and sidecar containers on a home GPU, greedily from the largest container.
-func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, largest, healthyTotal uint64) (Placement, *Unfit) {
+func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, largest, usableTotal uint64) (Placement, *Unfit) {
 	var initPeak, sidecars, biggest uint64
 	var inits []int // indices into r.Containers of init containers, all on the home GPU
 	regular := make([]int, 0, len(r.Containers))
@@ -187,12 +201,13 @@ func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, larges
 		initPeak = gpushare.PodUnits(sub)
 	}
 	if biggest > largest || initPeak > largest {
-		return Placement{}, &Unfit{Reason: tooBig(n, max(biggest, initPeak), largest), Unresolvable: true}
+		return Placement{}, &Unfit{Reason: tooBig(n, r, max(biggest, initPeak), largest), Unresolvable: true}
 	}
-	if r.Units > healthyTotal {
+	if r.Units > usableTotal {
 		return Placement{}, &Unfit{Reason: "pod requests " + strconv.FormatUint(r.Units, 10) +
-			" units of GPU memory, more than all healthy GPUs of node " + n.Name + " have together", Unresolvable: true}
+			" units of GPU memory, more than all healthy GPUs of node " + n.Name + r.Isolation.qualifier() + " have together", Unresolvable: true}
 	}
+	iso := r.Isolation
 	// Largest container first, spec order on ties, so the result is deterministic.
 	slices.SortStableFunc(regular, func(a, b int) int {
 		ua, ub := r.Containers[a].Units, r.Containers[b].Units
@@ -208,7 +223,7 @@ func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, larges
 	if len(inits) > 0 {
 		homes = homes[:0]
 		for i, g := range n.GPUs {
-			if g.Healthy && g.Free() >= max(initPeak, sidecars) {
+			if iso.usable(g, n, i) && g.Free() >= max(initPeak, sidecars) {
 				homes = append(homes, i)
 			}
 		}
@@ -229,14 +244,14 @@ func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, larges
 		home := -1
 		if h >= 0 {
 			home = n.GPUs[h].Index
-			if why := blockedInit(cons, r, inits, home); why != "" {
+			if why := blockedInit(cons, r.Containers, inits, home); why != "" {
 				heldBy = why
 				continue
 			}
 		}
 		remaining := make([]uint64, len(n.GPUs))
 		for i, g := range n.GPUs {
-			if g.Healthy {
+			if iso.usable(g, n, i) {
 				remaining[i] = g.Free()
 			}
 		}
@@ -249,11 +264,11 @@ func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, larges
 			c := r.Containers[ci]
 			pick := -1
 			for i, g := range n.GPUs {
-				if remaining[i] < c.Units || !g.Healthy {
+				if remaining[i] < c.Units || !iso.usable(g, n, i) {
 					continue
 				}
 				if k, has := cons[c.Units]; has && !k.allows(g.Index) {
-					heldBy = blockedOn(cons, Request{Containers: r.Containers[ci : ci+1]}, g.Index)
+					heldBy = blockedOn(cons, r.Containers[ci:ci+1], g.Index)
 					continue
 				}
 				if pick < 0 || policy.better(remaining[i], remaining[pick]) {
@@ -299,10 +314,10 @@ func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, larges
 }
 
 // blockedInit checks the hold-back rule for the init containers on home.
-func blockedInit(cons map[uint64]constraint, r Request, inits []int, home int) string {
-	sub := Request{}
+func blockedInit(cons map[uint64]constraint, containers []gpushare.ContainerRequest, inits []int, home int) string {
+	sub := make([]gpushare.ContainerRequest, 0, len(inits))
 	for _, i := range inits {
-		sub.Containers = append(sub.Containers, r.Containers[i])
+		sub = append(sub, containers[i])
 	}
 	return blockedOn(cons, sub, home)
 }

@@ -1,8 +1,12 @@
 package allocator
 
 import (
+	"errors"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -273,15 +277,7 @@ func TestHoldBack(t *testing.T) {
 				t.Fatalf("GPU = %d, want %d", p.Home, tt.wantGPU)
 			}
 			// Whatever was chosen, every same-size pair must now share a signature.
-			for _, f := range tt.node.InFlight {
-				for _, s := range f.Slots {
-					for _, q := range Slots(tt.req, p) {
-						if q.Units == s.Units && (q.GPU != s.GPU || f.PodUnits != tt.req.Units) {
-							t.Fatalf("signature conflict with %s: %+v vs %+v", f.Pod, s, q)
-						}
-					}
-				}
-			}
+			assertSignatures(t, tt.node, tt.req, p)
 		})
 	}
 }
@@ -403,5 +399,392 @@ func TestPlacementFromAssignment(t *testing.T) {
 	// Init containers with no index to run on cannot be charged.
 	if _, err := PlacementFromAssignment(gpushare.PodAssignment{GPUIndex: -1, Allocation: gpushare.Allocation{0: {0: 4}, 1: {1: 4}}}, withInit(req(4, 4), 2, false)); err == nil {
 		t.Fatal("split without home accepted for init containers")
+	}
+}
+
+// iso reads isolation annotations (tier, compute-percent; empty leaves one
+// out) and fails the test on an error.
+func iso(t *testing.T, tier, percent string) PodIsolation {
+	t.Helper()
+	ann := map[string]string{}
+	if tier != "" {
+		ann[gpushare.AnnotationIsolation] = tier
+	}
+	if percent != "" {
+		ann[gpushare.AnnotationComputePercent] = percent
+	}
+	p, err := ReadPodIsolation(ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tiered is a node of GPUs g whose effective tiers are, in order, tiers, as
+// the cache reads them from their published names.
+func tiered(g []GPU, tiers ...gpushare.Isolation) *Node {
+	n := node(g)
+	n.Tiers = make([]Tier, len(g))
+	for i, t := range tiers {
+		n.Tiers[i] = TierOf(t)
+	}
+	return n
+}
+
+func TestReadPodIsolation(t *testing.T) {
+	tests := []struct {
+		name          string
+		ann           map[string]string
+		tier          gpushare.Isolation
+		percent       int
+		wantErr       string // substring; empty means valid
+		wantAny       bool
+		wantErrTarget error
+	}{
+		{name: "absent: any tier, no share", ann: nil, tier: gpushare.IsolationAny, wantAny: true},
+		{name: "explicit any", ann: map[string]string{gpushare.AnnotationIsolation: "any"}, tier: gpushare.IsolationAny, wantAny: true},
+		{name: "mps", ann: map[string]string{gpushare.AnnotationIsolation: "mps"}, tier: gpushare.IsolationMPS},
+		{name: "hami-core with a share", ann: map[string]string{gpushare.AnnotationIsolation: "hami-core", gpushare.AnnotationComputePercent: "100"}, tier: gpushare.IsolationHAMiCore, percent: 100},
+		{name: "none", ann: map[string]string{gpushare.AnnotationIsolation: "none"}, tier: gpushare.IsolationNone},
+		{name: "a share alone asks any tier that limits", ann: map[string]string{gpushare.AnnotationComputePercent: "1"}, tier: gpushare.IsolationAny, percent: 1},
+		{name: "unknown tier", ann: map[string]string{gpushare.AnnotationIsolation: "cgpu"}, wantErr: `gpushare.io/isolation "cgpu" is not one of`},
+		{name: "share of zero", ann: map[string]string{gpushare.AnnotationComputePercent: "0"}, wantErr: `gpushare.io/compute-percent "0" is not a whole number from 1 to 100`},
+		{name: "share above 100", ann: map[string]string{gpushare.AnnotationComputePercent: "101"}, wantErr: "from 1 to 100"},
+		{name: "share with a sign", ann: map[string]string{gpushare.AnnotationComputePercent: "+5"}, wantErr: "from 1 to 100"},
+		{name: "share on none cannot be enforced", ann: map[string]string{gpushare.AnnotationIsolation: "none", gpushare.AnnotationComputePercent: "50"},
+			wantErr: `gpushare.io/compute-percent "50" cannot be enforced with gpushare.io/isolation "none"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := ReadPodIsolation(tt.ann)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, gpushare.ErrInvalidIsolation) {
+					t.Fatalf("ReadPodIsolation = %v, %v; want ErrInvalidIsolation saying %q", p, err, tt.wantErr)
+				}
+				if p.Readable() || p.Tier() != "" {
+					t.Fatalf("an error left %v readable", p)
+				}
+				return
+			}
+			if err != nil || p.Tier() != tt.tier || p.ComputePercent() != tt.percent || p.Any() != tt.wantAny || !p.Readable() {
+				t.Fatalf("ReadPodIsolation = %v (tier %q, %d%%, any %v), %v; want tier %q, %d%%", p, p.Tier(), p.ComputePercent(), p.Any(), err, tt.tier, tt.percent)
+			}
+		})
+	}
+	// The zero value is what a pod without annotations asks, so requests
+	// built before tiers (and literals in other packages) ask nothing.
+	if p, _ := ReadPodIsolation(nil); p != (PodIsolation{}) {
+		t.Fatalf("no annotations read as %v, not the zero value", p)
+	}
+}
+
+func TestNewRequestIsolation(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{
+			gpushare.AnnotationIsolation: "mps", gpushare.AnnotationComputePercent: "30"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{gpushare.ResourceName: resource.MustParse("4")}}}}},
+	}
+	r, err := NewRequest(pod)
+	if err != nil || r.Isolation.Tier() != gpushare.IsolationMPS || r.Isolation.ComputePercent() != 30 || r.Units != 4 {
+		t.Fatalf("NewRequest = %+v, %v", r, err)
+	}
+	pod.Annotations[gpushare.AnnotationComputePercent] = "thirty"
+	if _, err := NewRequest(pod); !errors.Is(err, gpushare.ErrInvalidIsolation) {
+		t.Fatalf("NewRequest with an unreadable share: %v; want ErrInvalidIsolation", err)
+	}
+}
+
+func TestPlaceIsolation(t *testing.T) {
+	fellBack := tiered(gpus(16, 0, 16, 0), gpushare.IsolationNone, gpushare.IsolationNone)
+	fellBack.IsolationReasons = map[int]string{0: "MPS control daemon not answering"}
+	fenced := node(gpus(16, 0, 16, 8))
+	fenced.Tiers = []Tier{TierFenced, TierNone}
+	fenced.IsolationReasons = map[int]string{0: "MPS control daemon not answering"}
+	allFenced := node(gpus(16, 0))
+	allFenced.Tiers = []Tier{TierFenced}
+	allFenced.IsolationReasons = map[int]string{0: "MPS control daemon not answering"}
+	badMPS := tiered(gpus(16, 0, 16, 0), gpushare.IsolationNone, gpushare.IsolationMPS)
+	badMPS.GPUs[1].Healthy = false
+	tests := []struct {
+		name         string
+		node         *Node
+		req          Request
+		wantGPU      int
+		reason       string // exact when set
+		reasonSubstr string
+		unresolvable bool
+	}{
+		{name: "no annotations: any tier, best fit as before", node: tiered(gpus(16, 0, 16, 8), gpushare.IsolationMPS, gpushare.IsolationNone), wantGPU: 1},
+		{name: "mps goes to the mps GPU against best fit", node: tiered(gpus(16, 0, 16, 8), gpushare.IsolationMPS, gpushare.IsolationNone), req: withIso(req(4), "mps", ""), wantGPU: 0},
+		{name: "none goes to the none GPU", node: tiered(gpus(16, 8, 16, 0), gpushare.IsolationMPS, gpushare.IsolationNone), req: withIso(req(4), "none", ""), wantGPU: 1},
+		{name: "a plugin older than tiers offers none", node: node(gpus(16, 0)), req: withIso(req(4), "none", ""), wantGPU: 0},
+		{name: "a tier newer than the extender offers only to any", node: tiered(gpus(16, 8, 16, 0), "driver", gpushare.IsolationNone), wantGPU: 0},
+		{name: "a tier newer than the extender limits nothing", node: tiered(gpus(16, 0), "driver"), req: withIso(req(4), "", "10"), unresolvable: true,
+			reason: "no GPU can enforce gpushare.io/compute-percent 10, which needs isolation mps or hami-core (GPU 0: unknown)"},
+		{name: "a share goes to a GPU that can limit it", node: tiered(gpus(16, 8, 16, 0, 16, 0), gpushare.IsolationNone, gpushare.IsolationNone, gpushare.IsolationHAMiCore), req: withIso(req(4), "", "30"), wantGPU: 2},
+		{name: "mps fell back: the reason names each GPU's tier and why",
+			node: fellBack, req: withIso(req(4), "mps", ""), unresolvable: true,
+			reason: `no GPU offers isolation "mps" (GPU 0: none, MPS control daemon not answering; GPU 1: none)`},
+		{name: "a GPU whose tier is down is fenced, even for a pod asking any", node: fenced, wantGPU: 1},
+		{name: "a node whose only GPU is fenced takes nothing", node: allFenced, req: withIso(req(4), "none", ""), unresolvable: true,
+			reason: `no GPU offers isolation "none" (GPU 0: none, MPS control daemon not answering)`},
+		{name: "GPUs that read alike are grouped", node: node(gpus(16, 0, 16, 0, 16, 0)), req: withIso(req(4), "hami-core", ""), unresolvable: true,
+			reason: `no GPU offers isolation "hami-core" (GPUs 0, 1, 2: none)`},
+		{name: "an unhealthy GPU offers nothing", node: badMPS, req: withIso(req(4), "mps", ""), unresolvable: true,
+			reason: `no GPU offers isolation "mps" (GPU 0: none; GPU 1: mps, unhealthy)`},
+		{name: "none is not offered by an mps GPU", node: tiered(gpus(16, 0), gpushare.IsolationMPS), req: withIso(req(4), "none", ""), unresolvable: true,
+			reason: `no GPU offers isolation "none" (GPU 0: mps)`},
+		{name: "a share no GPU can enforce", node: node(gpus(16, 0, 16, 0)), req: withIso(req(4), "", "30"), unresolvable: true,
+			reason: `no GPU can enforce gpushare.io/compute-percent 30, which needs isolation mps or hami-core (GPUs 0, 1: none)`},
+		{name: "the mps GPU is full: insufficient, not unoffered", node: tiered(gpus(16, 14, 16, 0), gpushare.IsolationMPS, gpushare.IsolationNone), req: withIso(req(4), "mps", ""),
+			reason: ReasonInsufficient},
+		{name: "too big for every GPU offering the tier", node: tiered(gpus(16, 0, 80, 0), gpushare.IsolationMPS, gpushare.IsolationNone), req: withIso(req(40), "mps", ""), unresolvable: true,
+			reason: `pod requests 40 units of GPU memory on one GPU, more than the largest healthy GPU of node n1 offering isolation "mps" has (16)`},
+		{name: "too big for every GPU able to limit", node: tiered(gpus(16, 0, 80, 0), gpushare.IsolationHAMiCore, gpushare.IsolationNone), req: withIso(req(40), "", "10"), unresolvable: true,
+			reasonSubstr: "largest healthy GPU of node n1 able to limit compute has (16)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := tt.node
+			r := tt.req
+			if r.Containers == nil {
+				r = req(4)
+			}
+			p, unfit := Place(n, r, BestFit)
+			if tt.reason != "" || tt.reasonSubstr != "" {
+				if unfit == nil {
+					t.Fatalf("placed on GPU %d; want unfit", p.Home)
+				}
+				if (tt.reason != "" && unfit.Reason != tt.reason) || !strings.Contains(unfit.Reason, tt.reasonSubstr) || unfit.Unresolvable != tt.unresolvable {
+					t.Fatalf("unfit = %+v\nwant reason %q%q, unresolvable %v", unfit, tt.reason, tt.reasonSubstr, tt.unresolvable)
+				}
+				if Score(n, r, BestFit) != 0 {
+					t.Fatal("an unfit node scored above 0")
+				}
+				return
+			}
+			if unfit != nil {
+				t.Fatalf("unfit: %s", unfit.Reason)
+			}
+			if p.Home != tt.wantGPU {
+				t.Fatalf("GPU %d, want %d", p.Home, tt.wantGPU)
+			}
+			assertAllowed(t, n, r, p)
+		})
+	}
+}
+
+// withIso sets r's isolation annotations; see iso.
+func withIso(r Request, tier, percent string) Request {
+	ann := map[string]string{}
+	if tier != "" {
+		ann[gpushare.AnnotationIsolation] = tier
+	}
+	if percent != "" {
+		ann[gpushare.AnnotationComputePercent] = percent
+	}
+	p, err := ReadPodIsolation(ann)
+	if err != nil {
+		panic(err)
+	}
+	r.Isolation = p
+	return r
+}
+
+// assertAllowed checks, by the contract's own rules, that every GPU p uses
+// offers r's tier and, for a share, can limit it.
+func assertAllowed(t *testing.T, n *Node, r Request, p Placement) {
+	t.Helper()
+	assertNoOvercommit(t, n, r, p)
+	for g := range Charges(r, p) {
+		for i, gpu := range n.GPUs {
+			// By the contract's own functions, on the tier's published name.
+			tier := gpushare.Isolation(n.TierAt(i).String())
+			if gpu.Index == g && (!tier.Offers(r.Isolation.Tier()) || (r.Isolation.ComputePercent() > 0 && !tier.Limits())) {
+				t.Fatalf("GPU %d of tier %q given to a pod asking %v", g, tier, r.Isolation)
+			}
+		}
+	}
+}
+
+func TestPlaceSplitIsolation(t *testing.T) {
+	// Two 10-unit containers need two GPUs; only GPUs 1 and 3 offer mps, and
+	// the emptier none GPUs must not be taken.
+	n := tiered(gpus(16, 0, 16, 4, 16, 0, 16, 2),
+		gpushare.IsolationNone, gpushare.IsolationMPS, gpushare.IsolationNone, gpushare.IsolationMPS)
+	r := withIso(req(10, 10), "mps", "")
+	p, unfit := Place(n, r, BestFit)
+	if unfit != nil {
+		t.Fatal(unfit.Reason)
+	}
+	if !p.Split || !maps.Equal(p.Containers, map[int]int{0: 1, 1: 3}) {
+		t.Fatalf("placement %+v; want containers on GPUs 1 and 3", p)
+	}
+	assertAllowed(t, n, r, p)
+	// Three 12-unit containers are more than the two mps GPUs hold together.
+	if _, unfit := Place(n, withIso(req(12, 12, 12), "mps", ""), BestFit); unfit == nil ||
+		unfit.Reason != `pod requests 36 units of GPU memory, more than all healthy GPUs of node n1 offering isolation "mps" have together` {
+		t.Fatalf("three containers: %+v", unfit)
+	}
+}
+
+// TestHoldBackIsolation: the device plugin's answer carries the pod's tier
+// and compute share, so two in-flight containers of one size must agree on
+// them as on the GPU, or the plugin could hand one pod's limits to another.
+func TestHoldBackIsolation(t *testing.T) {
+	inflight := func(t *testing.T, tier, percent string, slots ...Slot) InFlight {
+		return InFlight{Pod: "default/p", PodUnits: 4, Isolation: iso(t, tier, percent), Slots: slots}
+	}
+	mps := func(in InFlight) *Node {
+		n := tiered(gpus(16, 4, 16, 0), gpushare.IsolationMPS, gpushare.IsolationMPS)
+		n.InFlight = []InFlight{in}
+		return n
+	}
+	tests := []struct {
+		name     string
+		inflight func(t *testing.T) InFlight
+		req      Request
+		wantGPU  int
+		reason   string
+	}{
+		{
+			name:     "equal share: the in-flight pod's GPU, as for the GPU alone",
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, 0}) },
+			req:      withIso(req(4), "", "30"), wantGPU: 0,
+		},
+		{
+			name:     "another share waits, naming the pod and its share",
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, 0}) },
+			req:      withIso(req(4), "", "50"),
+			reason:   `waiting for pod default/p (a 4-unit container of a pod with isolation "any", compute-percent 30, not yet allocated by the device plugin)`,
+		},
+		{
+			name:     "a share beside an in-flight pod without one waits",
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "", Slot{4, 0}) },
+			req:      withIso(req(4), "", "30"),
+			reason:   `waiting for pod default/p (a 4-unit container of a pod with isolation "any", no compute-percent, not yet allocated by the device plugin)`,
+		},
+		{
+			name:     "another required tier waits, though the GPU offers both",
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "", Slot{4, 0}) },
+			req:      withIso(req(4), "mps", ""),
+			reason:   `waiting for pod default/p (a 4-unit container of a pod with isolation "any", no compute-percent`,
+		},
+		{
+			name: "unreadable annotations on an in-flight pod hold back its size",
+			inflight: func(t *testing.T) InFlight {
+				return InFlight{Pod: "default/p", PodUnits: 4, Isolation: PodIsolation{need: needUnreadable}, Slots: []Slot{{4, 0}}}
+			},
+			req:    req(4),
+			reason: "waiting for pod default/p (a 4-unit container of a pod with unreadable isolation annotations",
+		},
+		{
+			name:     "other sizes are not held back by a share, even on its GPU",
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, 0}) },
+			req:      withIso(req(3), "", "50"), wantGPU: 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := mps(tt.inflight(t))
+			p, unfit := Place(n, tt.req, BestFit)
+			if tt.reason != "" {
+				if unfit == nil || !strings.HasPrefix(unfit.Reason, tt.reason) || unfit.Unresolvable {
+					t.Fatalf("Place = %+v, %+v; want resolvable reason starting %q", p, unfit, tt.reason)
+				}
+				return
+			}
+			if unfit != nil {
+				t.Fatalf("unfit: %s", unfit.Reason)
+			}
+			if p.Home != tt.wantGPU {
+				t.Fatalf("GPU %d, want %d", p.Home, tt.wantGPU)
+			}
+			assertSignatures(t, n, tt.req, p)
+		})
+	}
+}
+
+// assertSignatures checks rule 2 on a placement: every container of r of the
+// size of an in-flight container has that container's signature.
+func assertSignatures(t *testing.T, n *Node, r Request, p Placement) {
+	t.Helper()
+	for _, f := range n.InFlight {
+		for _, s := range f.Slots {
+			for _, q := range Slots(r, p) {
+				if q.Units == s.Units && (q.GPU != s.GPU || f.PodUnits != r.Units || f.Isolation != r.Isolation) {
+					t.Fatalf("signature conflict with %s: %+v %v vs %+v %v", f.Pod, s, f.Isolation, q, r.Isolation)
+				}
+			}
+		}
+	}
+}
+
+// TestBindsKeepSignatures binds random pods one after another, as the
+// extender does, on nodes of random tiers, and checks after every bind what
+// the device plugin relies on: all in-flight containers of one size share GPU,
+// pod total and isolation annotations, and every GPU offers what its pods ask.
+func TestBindsKeepSignatures(t *testing.T) {
+	tiers := []gpushare.Isolation{"", gpushare.IsolationNone, gpushare.IsolationMPS, gpushare.IsolationHAMiCore, "driver"}
+	asks := []PodIsolation{{}, iso(t, "mps", ""), iso(t, "", "30"), iso(t, "", "50"), iso(t, "hami-core", "30"), iso(t, "none", "")}
+	rng := rand.New(rand.NewPCG(14, 2))
+	placed := 0
+	for round := range 300 {
+		n := tiered(gpus(16, 0, 16, 0, 24, 0, 24, 0))
+		for i := range n.Tiers {
+			n.Tiers[i] = TierOf(tiers[rng.IntN(len(tiers))])
+		}
+		for i := range 12 {
+			units := []uint64{2, 4, 4, 6, 10}[rng.IntN(5)]
+			var r Request
+			if rng.IntN(4) == 0 {
+				r = req(units, units+2) // may split
+			} else {
+				r = req(units)
+			}
+			r.Pod = fmt.Sprintf("default/p%d-%d", round, i)
+			r.Isolation = asks[rng.IntN(len(asks))]
+			p, unfit := Place(n, r, Policy(rng.IntN(3)))
+			if unfit != nil {
+				continue
+			}
+			placed++
+			assertAllowed(t, n, r, p)
+			assertSignatures(t, n, r, p)
+			// Bind: charge it and put it in flight, as the cache's next snapshot does.
+			next := *n
+			next.GPUs = slices.Clone(n.GPUs)
+			for g, u := range Charges(r, p) {
+				next.GPUs[slices.IndexFunc(next.GPUs, func(x GPU) bool { return x.Index == g })].Used += u
+			}
+			next.InFlight = append(slices.Clone(n.InFlight), InFlight{Pod: r.Pod, PodUnits: r.Units, Isolation: r.Isolation, Slots: Slots(r, p)})
+			n = &next
+		}
+	}
+	if placed < 1000 {
+		t.Fatalf("only %d pods placed: the test exercises too little", placed)
+	}
+}
+
+func TestTier(t *testing.T) {
+	for _, tc := range []struct {
+		published gpushare.Isolation
+		tier      Tier
+		limits    bool
+	}{
+		{"", TierNone, false}, {"none", TierNone, false}, {"mps", TierMPS, true}, {"hami-core", TierHAMiCore, true}, {"driver", TierUnknown, false},
+	} {
+		if got := TierOf(tc.published); got != tc.tier || got.Limits() != tc.limits {
+			t.Errorf("TierOf(%q) = %v (limits %v), want %v (limits %v)", tc.published, got, got.Limits(), tc.tier, tc.limits)
+		}
+		// The name round-trips for the tiers the contract knows.
+		if tc.tier != TierUnknown && tc.published != "" && tc.tier.String() != string(tc.published) {
+			t.Errorf("%v.String() = %q, want %q", tc.tier, tc.tier.String(), tc.published)
+		}
+	}
+	// A node without tiers reads as none everywhere.
+	if got := node(gpus(16, 0)).TierAt(0); got != TierNone {
+		t.Errorf("TierAt of a node without tiers = %v", got)
 	}
 }

@@ -88,7 +88,10 @@ type Slot struct {
 type InFlight struct {
 	Pod      string // namespace/name, for reasons
 	PodUnits uint64 // the ALIYUN_COM_GPU_MEM_POD value the plugin hands out
-	Slots    []Slot
+	// Isolation is what the pod's annotations ask; the plugin's answer
+	// (tier, compute limit) depends on it, so it is part of the signature.
+	Isolation PodIsolation
+	Slots     []Slot
 }
 
 // Node is an immutable snapshot of one node's GPU state. The cache builds a
@@ -98,27 +101,57 @@ type Node struct {
 	GPUShare bool  // the node advertises gpu-mem and a GPU layout
 	GPUs     []GPU // sorted by Index
 	InFlight []InFlight
+	// Tiers are the GPUs' effective isolation tiers as the device plugin
+	// publishes them, by position in GPUs; nil when every GPU offers none
+	// (plugins older than tiers, or run without isolation). They sit beside
+	// GPU, not in it: with a fifth field the compiler no longer keeps a GPU
+	// in registers, and the filter's loops over every GPU of thousands of
+	// nodes ran half again slower (BenchmarkFilterCore).
+	Tiers []Tier
+	// IsolationReasons says, by GPU index, why a GPU offers less than its
+	// node is configured for (the MPS daemon does not answer); nil when none
+	// fell back. Only reasons read it.
+	IsolationReasons map[int]string
 }
 
-// Request is a pod's gpu-mem request, per container and in total.
+// TierAt returns the effective tier of n.GPUs[i].
+func (n *Node) TierAt(i int) Tier {
+	if n.Tiers == nil {
+		return TierNone
+	}
+	return n.Tiers[i]
+}
+
+// Request is a pod's gpu-mem request, per container and in total, and what
+// its isolation annotations ask of the GPUs.
 type Request struct {
 	Pod        string // namespace/name, for reasons
 	Containers []gpushare.ContainerRequest
 	Units      uint64 // gpushare.PodUnits(Containers)
+	Isolation  PodIsolation
 }
 
-// NewRequest reads pod's request. A pod asking for nothing has Units zero.
+// NewRequest reads pod's request and isolation annotations. A pod asking for
+// nothing has Units zero; unreadable annotations are an error like an
+// invalid request, since the pod cannot be placed on a guess.
 func NewRequest(pod *corev1.Pod) (Request, error) {
 	reqs, err := gpushare.ContainerRequests(pod)
 	if err != nil {
 		return Request{}, err
 	}
-	return RequestOf(pod.Namespace+"/"+pod.Name, reqs), nil
+	iso, err := ReadPodIsolation(pod.Annotations)
+	if err != nil {
+		return Request{}, err
+	}
+	r := RequestOf(pod.Namespace+"/"+pod.Name, reqs)
+	r.Isolation = iso
+	return r, nil
 }
 
 // RequestOf builds the Request of pod (namespace/name) from its container
 // requests as gpushare.ContainerRequests returns them, for callers that
-// keep those instead of the pod. Containers is used as is, not copied.
+// keep those instead of the pod; it asks nothing of isolation (set
+// Isolation for that). Containers is used as is, not copied.
 func RequestOf(pod string, containers []gpushare.ContainerRequest) Request {
 	return Request{Pod: pod, Containers: containers, Units: gpushare.PodUnits(containers)}
 }

@@ -438,7 +438,7 @@ func (c *Cache) podStateOf(pod *PodRecord) (*podState, string) {
 	if pod.NodeName == "" || finished(pod.Phase) {
 		return nil, ""
 	}
-	r, err := pod.Request()
+	r, err := pod.ChargedRequest()
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -580,7 +580,7 @@ func (c *Cache) removeLocked(p *podState) {
 func (c *Cache) rebuildLocked(n *nodeState) {
 	v := &allocator.Node{Name: n.name}
 	if n.node != nil {
-		v.GPUs, v.GPUShare = layout(n.node, c.log)
+		v.GPUs, v.Tiers, v.IsolationReasons, v.GPUShare = layout(n.node, c.log)
 		for _, idx := range n.unhealthy {
 			if i, ok := slices.BinarySearchFunc(v.GPUs, idx, func(g allocator.GPU, t int) int { return g.Index - t }); ok {
 				v.GPUs[i].Healthy = false
@@ -596,7 +596,8 @@ func (c *Cache) rebuildLocked(n *nodeState) {
 		}
 		if p.inFlight {
 			v.InFlight = append(v.InFlight, allocator.InFlight{
-				Pod: p.namespace + "/" + p.name, PodUnits: p.podUnits, Slots: allocator.Slots(p.req, p.placement),
+				Pod: p.namespace + "/" + p.name, PodUnits: p.podUnits, Isolation: p.req.Isolation,
+				Slots: allocator.Slots(p.req, p.placement),
 			})
 		}
 	}
@@ -604,32 +605,63 @@ func (c *Cache) rebuildLocked(n *nodeState) {
 }
 
 // layout returns a node's GPUs, healthy per the node annotation or all
-// healthy in the total/count fallback, and whether the node shares GPUs.
-func layout(node *corev1.Node, log *zap.Logger) ([]allocator.GPU, bool) {
+// healthy in the total/count fallback, their isolation tiers (nil when all
+// offer none, always so in the fallback) and why a GPU fell back from its
+// tier (nil when none did), and whether the node shares GPUs.
+func layout(node *corev1.Node, log *zap.Logger) ([]allocator.GPU, []allocator.Tier, map[int]string, bool) {
 	total := quantity(node, gpushare.ResourceName)
 	if total == 0 {
-		return nil, false
+		return nil, nil, nil, false
 	}
 	if raw, ok := node.Annotations[gpushare.AnnotationNodeGPUs]; ok {
 		desc, err := gpushare.DecodeNodeGPUs(raw)
 		if err == nil && len(desc.GPUs) > 0 {
-			out := make([]allocator.GPU, len(desc.GPUs))
+			gpus := make([]allocator.GPU, len(desc.GPUs))
 			for i, g := range desc.GPUs {
-				out[i] = allocator.GPU{Index: g.Index, Units: g.Units, Healthy: g.Healthy}
+				gpus[i] = allocator.GPU{Index: g.Index, Units: g.Units, Healthy: g.Healthy}
 			}
-			return out, true
+			tiers, reasons := tiersOf(desc.GPUs)
+			return gpus, tiers, reasons, true
 		}
 		log.Warn("node GPU description unreadable, dividing the total by the GPU count", zap.String("node", node.Name), zap.Error(err))
 	}
 	count := quantity(node, gpushare.ResourceCount)
 	if count == 0 || count > gpushare.MaxGPUsPerNode {
-		return nil, false
+		return nil, nil, nil, false
 	}
 	out := make([]allocator.GPU, count)
 	for i := range out {
 		out[i] = allocator.GPU{Index: i, Units: total / count, Healthy: true}
 	}
-	return out, true
+	return out, nil, nil, true
+}
+
+// tiersOf reads the published GPUs' effective tiers, by position (nil when
+// every GPU offers none, so nodes without isolation cost nothing more; a GPU
+// that fell back is fenced), and why a GPU fell back, by index (nil when none
+// did).
+func tiersOf(gpus []gpushare.GPUInfo) ([]allocator.Tier, map[int]string) {
+	var tiers []allocator.Tier
+	var reasons map[int]string
+	for i, g := range gpus {
+		t := allocator.TierOf(g.Isolation)
+		if g.IsolationReason != "" {
+			t = allocator.TierFenced // its plugin refuses every container there
+		}
+		if t != allocator.TierNone {
+			if tiers == nil {
+				tiers = make([]allocator.Tier, len(gpus))
+			}
+			tiers[i] = t
+		}
+		if g.IsolationReason != "" {
+			if reasons == nil {
+				reasons = map[int]string{}
+			}
+			reasons[g.Index] = g.IsolationReason
+		}
+	}
+	return tiers, reasons
 }
 
 // quantity reads an extended resource from allocatable, else capacity.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -407,4 +408,102 @@ func TestAssumeRetriedBind(t *testing.T) {
 		t.Fatalf("retry after the bind: err = %v; want a BoundError naming n1", err)
 	}
 	f.waitUsed("n1", 10, 0)
+}
+
+func TestNodeLayoutIsolation(t *testing.T) {
+	tiers := &gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{
+		{Index: 0, Units: 80, Healthy: true, Isolation: gpushare.IsolationMPS},
+		{Index: 1, Units: 80, Healthy: true, Isolation: gpushare.IsolationNone, IsolationReason: "MPS control daemon not answering"},
+	}}
+	f := start(t, Node("tiers", 160, 2, tiers), Node("old", 32, 2, nil))
+	n, _ := f.cache.Node("tiers")
+	if n.TierAt(0) != allocator.TierMPS || n.TierAt(1) != allocator.TierFenced ||
+		len(n.IsolationReasons) != 1 || n.IsolationReasons[1] != "MPS control daemon not answering" {
+		t.Fatalf("tiers %v, reasons %v; want mps, GPU 1 fenced (it fell back) with its reason", n.Tiers, n.IsolationReasons)
+	}
+	// Without the annotation there is no tier: none, as the old plugin
+	// offers, and nothing is kept for it.
+	if n, _ := f.cache.Node("old"); n.Tiers != nil || n.TierAt(0) != allocator.TierNone || n.IsolationReasons != nil {
+		t.Fatalf("derived node has tiers %v, reasons %v", n.Tiers, n.IsolationReasons)
+	}
+}
+
+// withIsolation returns pod with isolation annotations (empty values left out).
+func withIsolation(pod *corev1.Pod, tier, percent string) *corev1.Pod {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	if tier != "" {
+		pod.Annotations[gpushare.AnnotationIsolation] = tier
+	}
+	if percent != "" {
+		pod.Annotations[gpushare.AnnotationComputePercent] = percent
+	}
+	return pod
+}
+
+// Two pods of equal size and different compute shares on one node: the
+// device plugin could not tell their containers apart, yet would give them
+// different limits, so the second waits for the first, naming it.
+func TestAssumeComputePercentHoldBack(t *testing.T) {
+	mps := &gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{
+		{Index: 0, Units: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+		{Index: 1, Units: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+	}}
+	f := start(t, Node("n1", 32, 2, mps))
+	if _, err := f.cache.Assume(RecordOf(withIsolation(Pod("p", "", -1, false, 4), "", "30")), "n1", allocator.BestFit); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.cache.Node("n1"); len(n.InFlight) != 1 || n.InFlight[0].Isolation.ComputePercent() != 30 {
+		t.Fatalf("in flight %+v; want p with its 30%% share", n.InFlight)
+	}
+	var unfit *allocator.Unfit
+	_, err := f.cache.Assume(RecordOf(withIsolation(Pod("q", "", -1, false, 4), "", "50")), "n1", allocator.BestFit)
+	if !errors.As(err, &unfit) || unfit.Unresolvable || !strings.Contains(unfit.Reason, "waiting for pod default/p") ||
+		!strings.Contains(unfit.Reason, "compute-percent 30") {
+		t.Fatalf("second pod: %v; want it to wait for default/p and its compute-percent 30", err)
+	}
+	// The same share shares the signature: it goes beside p.
+	got, err := f.cache.Assume(RecordOf(withIsolation(Pod("r", "", -1, false, 4), "", "30")), "n1", allocator.BestFit)
+	if err != nil || got.Placement.Home != 0 {
+		t.Fatalf("a pod of p's share: %+v, %v; want GPU 0 beside p", got, err)
+	}
+	// Once p and r leave the in-flight set (here: forgotten), q goes.
+	f.cache.Forget("uid-p")
+	f.cache.Forget("uid-r")
+	if _, err := f.cache.Assume(RecordOf(withIsolation(Pod("q", "", -1, false, 4), "", "50")), "n1", allocator.BestFit); err != nil {
+		t.Fatalf("q after p left: %v", err)
+	}
+}
+
+// A pod whose required tier the node no longer offers is refused at bind,
+// with the filter's reason, and nothing is charged.
+func TestAssumeTierNotOffered(t *testing.T) {
+	fellBack := &gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{
+		{Index: 0, Units: 16, Healthy: true, Isolation: gpushare.IsolationNone, IsolationReason: "MPS control daemon not answering"},
+	}}
+	f := start(t, Node("n1", 16, 1, fellBack))
+	var unfit *allocator.Unfit
+	_, err := f.cache.Assume(RecordOf(withIsolation(Pod("p", "", -1, false, 4), "mps", "")), "n1", allocator.BestFit)
+	if !errors.As(err, &unfit) || !unfit.Unresolvable ||
+		unfit.Reason != `no GPU offers isolation "mps" (GPU 0: none, MPS control daemon not answering)` {
+		t.Fatalf("Assume = %v; want the unoffered tier's reason", err)
+	}
+	if _, err := f.cache.Assume(RecordOf(withIsolation(Pod("q", "", -1, false, 4), "", "abc")), "n1", allocator.BestFit); !errors.Is(err, gpushare.ErrInvalidIsolation) {
+		t.Fatalf("Assume of unreadable annotations = %v; want ErrInvalidIsolation", err)
+	}
+	f.waitUsed("n1", 0)
+}
+
+// A bound pod in flight whose annotations became unreadable still holds its
+// memory and holds back its size on the node.
+func TestUnreadableInFlightHoldsBack(t *testing.T) {
+	bad := withIsolation(Pod("p", "n1", 0, false, 4), "", "abc")
+	f := start(t, Node("n1", 32, 2, nil), bad)
+	f.waitUsed("n1", 4, 0)
+	var unfit *allocator.Unfit
+	if _, err := f.cache.Assume(RecordOf(Pod("q", "", -1, false, 4)), "n1", allocator.BestFit); !errors.As(err, &unfit) ||
+		!strings.Contains(unfit.Reason, "waiting for pod default/p") {
+		t.Fatalf("Assume beside an unreadable in-flight pod = %v; want it to wait", err)
+	}
 }

@@ -10,8 +10,9 @@
 // capacity already taken.
 //
 // Per-GPU layout comes from the node annotation gpushare.io/gpus (each GPU's
-// own size and health); on nodes without it, allocatable aliyun.com/gpu-mem
-// divided by aliyun.com/gpu-count, as the seed does. GPUs listed in
+// own size, health and effective isolation tier, with why it fell back); on
+// nodes without it, allocatable aliyun.com/gpu-mem divided by
+// aliyun.com/gpu-count, as the seed does, every GPU of tier none. GPUs listed in
 // ConfigMap kube-system/unhealthy-gpu-<node> are unhealthy as well.
 //
 // A pod is charged while it is bound (or assumed) and not Succeeded/Failed

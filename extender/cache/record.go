@@ -21,9 +21,11 @@ import (
 // before reading it anywhere):
 //
 //   - podStateOf and upsertPod: UID, namespace, name, node, phase, the
-//     assignment annotations, and the request;
+//     assignment annotations, the request and the isolation annotations (the
+//     latter part of an in-flight pod's signature);
 //   - the binder (Cache.Pod, or RecordOf a pod it GETs): UID, namespace,
-//     name, node, the assignment and container-env annotations, the request;
+//     name, node, the assignment and container-env annotations, the request
+//     and the isolation annotations (where the pod may go);
 //   - the informer's machinery: namespace and name (the store's key) and the
 //     resource version (metav1.Object, record_meta.go).
 //
@@ -38,13 +40,20 @@ type PodRecord struct {
 	// Terminating is whether the pod has a deletion timestamp (the time
 	// itself nobody reads).
 	Terminating bool
+	// Isolation is what the pod's isolation annotations ask, read once (two
+	// bytes, in the padding after Terminating: the record does not grow).
+	// When they cannot be read it is unreadable and RequestErr is their
+	// error; it is left at the zero value when the request itself is invalid,
+	// so an unreadable Isolation always means the request is fine.
+	Isolation allocator.PodIsolation
 	// Annotations are those of the pod the extender reads (keptAnnotations),
 	// nil when it has none.
 	Annotations map[string]string
 	// Requests is the pod's gpu-mem request as gpushare.ContainerRequests
 	// reads it (the containers asking for gpu-mem, validated, in units), and
-	// RequestErr its error: an invalid request is reported by every reader
-	// exactly as it was when they read it from the pod.
+	// RequestErr its error (or that of the isolation annotations, see
+	// Isolation): an invalid request is reported by every reader exactly as
+	// it was when they read it from the pod.
 	Requests   []gpushare.ContainerRequest
 	RequestErr error
 	// NamesGPUMem is whether any container names aliyun.com/gpu-mem at all,
@@ -56,6 +65,10 @@ type PodRecord struct {
 // RecordOf returns the record of pod; pod is not kept or modified.
 func RecordOf(pod *corev1.Pod) *PodRecord {
 	reqs, err := gpushare.ContainerRequests(pod)
+	var iso allocator.PodIsolation
+	if err == nil {
+		iso, err = allocator.ReadPodIsolation(pod.Annotations)
+	}
 	return &PodRecord{
 		Namespace:       pod.Namespace,
 		Name:            pod.Name,
@@ -64,6 +77,7 @@ func RecordOf(pod *corev1.Pod) *PodRecord {
 		NodeName:        pod.Spec.NodeName,
 		Phase:           pod.Status.Phase,
 		Terminating:     pod.DeletionTimestamp != nil,
+		Isolation:       iso,
 		Annotations:     keptAnnotations(pod.Annotations),
 		Requests:        slices.Clip(reqs),
 		RequestErr:      err,
@@ -87,12 +101,31 @@ func NamesGPUMem(pod *corev1.Pod) bool {
 	return false
 }
 
-// Request returns the pod's request, or the error reading it from the pod gave.
+// Request returns the pod's request with its isolation annotations, or the
+// error reading either from the pod gave: what placing the pod needs.
 func (r *PodRecord) Request() (allocator.Request, error) {
 	if r.RequestErr != nil {
 		return allocator.Request{}, r.RequestErr
 	}
-	return allocator.RequestOf(r.Namespace+"/"+r.Name, r.Requests), nil
+	return r.request(), nil
+}
+
+// ChargedRequest is Request for a pod that is bound already: unreadable
+// isolation annotations do not hide the memory it holds (they may have been
+// edited after it started), so they are no error here; the request carries
+// them as unreadable, which makes the hold-back rule keep every pod of a
+// size it has off the node while it is in flight.
+func (r *PodRecord) ChargedRequest() (allocator.Request, error) {
+	if r.RequestErr != nil && r.Isolation.Readable() {
+		return allocator.Request{}, r.RequestErr
+	}
+	return r.request(), nil
+}
+
+func (r *PodRecord) request() allocator.Request {
+	req := allocator.RequestOf(r.Namespace+"/"+r.Name, r.Requests)
+	req.Isolation = r.Isolation
+	return req
 }
 
 // compactPod is the pod informer's transform: it stores a PodRecord instead

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -36,6 +37,8 @@ func fullPod(name, node string) *corev1.Pod {
 	p.Labels = map[string]string{"app": "train", "pod-template-hash": "5d8f7c9b6d"}
 	p.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"apiVersion":"v1","kind":"Pod","spec":{"containers":[]}}`
 	p.Annotations[gpushare.AnnotationContainerEnv] = "{}"
+	p.Annotations[gpushare.AnnotationIsolation] = "mps"
+	p.Annotations[gpushare.AnnotationComputePercent] = "40"
 	p.GenerateName = name[:1] + "-"
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "train-5d8f7c9b6d", UID: "rs"}}
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{
@@ -120,8 +123,8 @@ func TestPodRecord(t *testing.T) {
 	if gotReq, err := got.Request(); err != nil || !reflect.DeepEqual(gotReq, wantReq) {
 		t.Fatalf("request of the record %+v, %v; want %+v", gotReq, err, wantReq)
 	}
-	if wantReq.Units != 6 || len(wantReq.Containers) != 3 {
-		t.Fatalf("the test pod's request %+v: want 6 units (the init peak) in 3 containers", wantReq)
+	if wantReq.Units != 6 || len(wantReq.Containers) != 3 || wantReq.Isolation.Tier() != gpushare.IsolationMPS || wantReq.Isolation.ComputePercent() != 40 {
+		t.Fatalf("the test pod's request %+v: want 6 units (the init peak) in 3 containers, mps at 40%%", wantReq)
 	}
 	c := &Cache{}
 	wantState, _ := c.podStateOf(RecordOf(full))
@@ -132,7 +135,7 @@ func TestPodRecord(t *testing.T) {
 	want := &PodRecord{
 		Namespace: "default", Name: "p", UID: full.UID, ResourceVersion: "12345", NodeName: "n1",
 		Phase: corev1.PodRunning, Terminating: true, Requests: wantReq.Containers, NamesGPUMem: true,
-		Annotations: map[string]string{},
+		Isolation: wantReq.Isolation, Annotations: map[string]string{},
 	}
 	for _, k := range []string{gpushare.AnnotationGPUIndex, gpushare.AnnotationPodUnits, gpushare.AnnotationDevUnits,
 		gpushare.AnnotationAssigned, gpushare.AnnotationAssumeTime, gpushare.AnnotationContainerEnv} {
@@ -237,6 +240,50 @@ func TestPodRecordInvalidRequest(t *testing.T) {
 	pod.Spec.NodeName = ""
 	if ps, reason := (&Cache{}).podStateOf(RecordOf(pod)); ps != nil || reason != "" {
 		t.Fatalf("unbound podStateOf = %+v, %q", ps, reason)
+	}
+}
+
+// Isolation annotations that cannot be read keep a pod from being placed
+// (Request fails, as for an invalid request), but a bound pod stays charged
+// (they may have been edited after it started) and, in flight, holds back
+// every pod of its sizes: its signature is unknown.
+func TestPodRecordUnreadableIsolation(t *testing.T) {
+	pod := Pod("p", "n1", 1, false, 4)
+	pod.Annotations[gpushare.AnnotationComputePercent] = "thirty"
+	_, want := allocator.NewRequest(pod)
+	if !errors.Is(want, gpushare.ErrInvalidIsolation) {
+		t.Fatalf("the test pod reads as %v; want ErrInvalidIsolation", want)
+	}
+	rec := RecordOf(pod)
+	if _, err := rec.Request(); err == nil || err.Error() != want.Error() {
+		t.Fatalf("Request() error %v, want %v", err, want)
+	}
+	if rec.Isolation.Readable() || len(rec.Requests) != 1 {
+		t.Fatalf("record keeps isolation %v and requests %+v; want unreadable, and the request", rec.Isolation, rec.Requests)
+	}
+	ps, reason := (&Cache{}).podStateOf(rec)
+	if ps == nil || reason != "" || ps.charges[1] != 4 || !ps.inFlight || ps.req.Isolation.Readable() {
+		t.Fatalf("podStateOf = %+v, %q; want 4 units charged on GPU 1, in flight, isolation unreadable", ps, reason)
+	}
+	// An invalid request as well: the request's error, and no charge, as before tiers.
+	pod.Spec.Containers[0].Resources.Limits[gpushare.ResourceName] = resource.MustParse("1500m")
+	rec = RecordOf(pod)
+	if _, err := rec.Request(); !errors.Is(err, gpushare.ErrInvalidRequest) {
+		t.Fatalf("Request() error %v, want the request's", err)
+	}
+	if ps, reason := (&Cache{}).podStateOf(rec); ps != nil || reason == "" {
+		t.Fatalf("podStateOf = %+v, %q; want no charge, with the request's reason", ps, reason)
+	}
+}
+
+// The record is kept for every unfinished pod of the cluster: the isolation
+// annotations went into padding, and it must not grow without a reason.
+func TestPodRecordSize(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
+	if got := unsafe.Sizeof(PodRecord{}); got > 160 {
+		t.Fatalf("PodRecord is %d bytes, was 160: keep it compact (BenchmarkPodStoreMemory) or update this bound with the reason", got)
 	}
 }
 

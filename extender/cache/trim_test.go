@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
@@ -19,7 +20,10 @@ import (
 // fields, other annotations, CPU and memory resources, conditions,
 // addresses, system info and 40 cached images.
 func fullNode(name string) *corev1.Node {
-	n := Node(name, 640, 8, &gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{{Index: 0, Units: 80, Healthy: true}, {Index: 1, Units: 80}}})
+	n := Node(name, 640, 8, &gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{
+		{Index: 0, Units: 80, Healthy: true, Isolation: gpushare.IsolationMPS},
+		{Index: 1, Units: 80, Isolation: gpushare.IsolationNone, IsolationReason: "MPS control daemon not answering"},
+	}})
 	now := metav1.Now()
 	n.UID, n.ResourceVersion, n.CreationTimestamp = "uid-node", "777", now
 	n.Labels = map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "p4d.24xlarge", "gpushare": "true"}
@@ -58,8 +62,12 @@ func TestTrimNode(t *testing.T) {
 	}
 	got := obj.(*corev1.Node)
 	log := zap.NewNop()
-	wantGPUs, wantShare := layout(full, log)
-	if gotGPUs, gotShare := layout(got, log); len(wantGPUs) != 2 || !wantShare || !reflect.DeepEqual(gotGPUs, wantGPUs) || gotShare != wantShare {
+	wantGPUs, wantTiers, wantReasons, wantShare := layout(full, log)
+	if len(wantReasons) != 1 || len(wantTiers) != 2 || wantTiers[0] != allocator.TierMPS {
+		t.Fatalf("the test node's tiers read as %v, %v", wantTiers, wantReasons)
+	}
+	if gotGPUs, gotTiers, gotReasons, gotShare := layout(got, log); len(wantGPUs) != 2 || !wantShare || !reflect.DeepEqual(gotGPUs, wantGPUs) ||
+		!reflect.DeepEqual(gotTiers, wantTiers) || !reflect.DeepEqual(gotReasons, wantReasons) || gotShare != wantShare {
 		t.Fatalf("layout of the trimmed node %+v %v, want %+v %v", gotGPUs, gotShare, wantGPUs, wantShare)
 	}
 	gpu := corev1.ResourceList{gpushare.ResourceName: resource.MustParse("640"), gpushare.ResourceCount: resource.MustParse("8")}
@@ -79,13 +87,13 @@ func TestTrimNode(t *testing.T) {
 	if n := obj.(*corev1.Node); len(n.Status.Capacity) != 1 || len(n.Status.Allocatable) != 1 {
 		t.Fatalf("capacity %v, allocatable %v: want the count from capacity, the memory from allocatable", n.Status.Capacity, n.Status.Allocatable)
 	}
-	if g, s := layout(obj.(*corev1.Node), log); !s || len(g) != 8 || g[7].Units != 80 {
+	if g, _, _, s := layout(obj.(*corev1.Node), log); !s || len(g) != 8 || g[7].Units != 80 {
 		t.Fatalf("layout from allocatable memory and capacity count: %+v %v", g, s)
 	}
 	// The count fallback (no annotation) reads the same too.
 	bare := Node("n2", 64, 4, nil)
 	obj, _ = trimNode(bare.DeepCopy())
-	if g, s := layout(obj.(*corev1.Node), log); !s || len(g) != 4 || g[3].Units != 16 || obj.(*corev1.Node).Annotations != nil {
+	if g, _, _, s := layout(obj.(*corev1.Node), log); !s || len(g) != 4 || g[3].Units != 16 || obj.(*corev1.Node).Annotations != nil {
 		t.Fatalf("fallback layout %+v %v of %+v", g, s, obj)
 	}
 	// A node without GPUs keeps nothing of its resources.

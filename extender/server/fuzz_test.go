@@ -47,8 +47,9 @@ type fuzzEnv struct {
 
 // fuzzObjects is the cluster of the fuzz targets: two equal GPUs with a
 // running pod, a mixed node with an unhealthy GPU and a pod not yet allocated
-// (so the hold-back rule applies), a node without GPUs, and the largest node
-// the limits allow.
+// (so the hold-back rule applies), a node without GPUs, the largest node
+// the limits allow, and a node of every isolation tier (one fallen back, one
+// unhealthy) with a pod not yet allocated that asks for a compute share.
 func fuzzObjects(tb testing.TB) []runtime.Object {
 	tb.Helper()
 	mixed := gpuNode("mixed", 200, 3)
@@ -69,11 +70,18 @@ func fuzzObjects(tb testing.TB) []runtime.Object {
 		p.Spec.NodeName, p.Annotations = node, ann
 		return p
 	}
+	tiers := tieredNode(tb, "tiers", 40, []gpushare.Isolation{gpushare.IsolationMPS, gpushare.IsolationHAMiCore, gpushare.IsolationNone, gpushare.IsolationMPS},
+		"", "", "MPS control daemon not answering")
+	tiers.Annotations[gpushare.AnnotationNodeGPUs] = strings.Replace(tiers.Annotations[gpushare.AnnotationNodeGPUs], `"index":3,"uuid":"GPU-3","model":"","units":40,"healthy":true`,
+		`"index":3,"uuid":"GPU-3","model":"","units":40,"healthy":false`, 1)
+	shared := placed(gpuPod("shared", 6), "tiers", gpushare.PodAssignment{GPUIndex: 0, PodUnits: 6, DevUnits: 40, AssumeTime: 3})
+	shared.Annotations[gpushare.AnnotationComputePercent] = "30"
 	return []runtime.Object{
 		gpuNode("n1", 32, 2), mixed, gpuNode("cpu", 0, 0),
 		gpuNode("huge", int64(gpushare.MaxUnits)*gpushare.MaxGPUsPerNode, gpushare.MaxGPUsPerNode),
 		placed(gpuPod("running", 4), "n1", gpushare.PodAssignment{GPUIndex: 1, PodUnits: 4, DevUnits: 16, Assigned: true, AssumeTime: 1}),
 		placed(gpuPod("inflight", 8), "mixed", gpushare.PodAssignment{GPUIndex: 1, PodUnits: 8, DevUnits: 40, AssumeTime: 2}),
+		tiers, shared,
 	}
 }
 
@@ -265,16 +273,50 @@ func clipFuzz(b []byte) string {
 	return string(b)
 }
 
-// healthyRoom returns the free units of n's healthy GPUs together and the
-// size of its largest healthy GPU.
-func healthyRoom(n *allocator.Node) (free, largest uint64) {
-	for _, g := range n.GPUs {
-		if g.Healthy {
+// offers reports, by the contract's functions on the tier's published name,
+// whether GPU i of n may run a pod asking iso: healthy, offering its tier,
+// and able to limit its share.
+func offers(n *allocator.Node, i int, iso allocator.PodIsolation) bool {
+	tier := gpushare.Isolation(n.TierAt(i).String())
+	return n.GPUs[i].Healthy && tier.Offers(iso.Tier()) && (iso.ComputePercent() == 0 || tier.Limits())
+}
+
+// room returns the free units of the GPUs of n that may run a pod asking
+// iso, together, and the size of the largest of them.
+func room(n *allocator.Node, iso allocator.PodIsolation) (free, largest uint64) {
+	for i, g := range n.GPUs {
+		if offers(n, i, iso) {
 			free += g.Free()
 			largest = max(largest, g.Units)
 		}
 	}
 	return free, largest
+}
+
+// checkSignatures checks rule 2's invariant on a node: any two in-flight
+// containers of one size in different pods share GPU, pod total and
+// isolation annotations, so the device plugin's answer is right whichever of
+// them a call is for. (Within a pod the kubelet allocates in spec order, so
+// a split pod's equal containers may sit on different GPUs.)
+func checkSignatures(t *testing.T, n *allocator.Node) {
+	t.Helper()
+	type signature struct {
+		gpu      int
+		podUnits uint64
+		iso      allocator.PodIsolation
+	}
+	for i, a := range n.InFlight {
+		for _, b := range n.InFlight[i+1:] {
+			for _, sa := range a.Slots {
+				for _, sb := range b.Slots {
+					x, y := signature{sa.GPU, a.PodUnits, a.Isolation}, signature{sb.GPU, b.PodUnits, b.Isolation}
+					if sa.Units == sb.Units && x != y {
+						t.Fatalf("node %s: in-flight %d-unit containers of %s %+v and %s %+v", n.Name, sa.Units, a.Pod, x, b.Pod, y)
+					}
+				}
+			}
+		}
+	}
 }
 
 // FuzzFilter posts arbitrary bodies to filter. A body that does not decode,
@@ -289,6 +331,13 @@ func FuzzFilter(f *testing.F) {
 		{Pod: gpuPod("p", 4), NodeNames: names("n1", "mixed", "cpu", "ghost")},
 		{Pod: gpuPod("split", 30, 30), NodeNames: names("n1", "mixed", "huge")},
 		{Pod: gpuPod("p", 8), Nodes: &corev1.NodeList{Items: []corev1.Node{*gpuNode("n1", 32, 2), *gpuNode("mixed", 200, 3)}}},
+		// Isolation: a tier some GPUs offer, a share, a share beside the in-flight one, unreadable values.
+		{Pod: isolated(gpuPod("p", 4), "mps", ""), NodeNames: names("tiers", "n1", "mixed")},
+		{Pod: isolated(gpuPod("p", 6), "", "50"), NodeNames: names("tiers", "n1")},
+		{Pod: isolated(gpuPod("p", 6), "", "30"), NodeNames: names("tiers")},
+		{Pod: isolated(gpuPod("p", 30, 30), "hami-core", "10"), NodeNames: names("tiers")},
+		{Pod: isolated(gpuPod("p", 4), "none", "10"), NodeNames: names("tiers", "n1")},
+		{Pod: isolated(gpuPod("p", 4), "MPS", "1e2"), NodeNames: names("tiers")},
 	} {
 		body, err := json.Marshal(a)
 		if err != nil {
@@ -384,8 +433,10 @@ func FuzzFilter(f *testing.F) {
 			}
 			switch view, known := e.cache.Node(n); {
 			case rerr != nil:
-				// An invalid request fails every node, unresolvably, saying why.
-				if !errors.Is(rerr, gpushare.ErrInvalidRequest) || res.FailedAndUnresolvableNodes[n] != rerr.Error() {
+				// An invalid request, or unreadable isolation annotations, fail
+				// every node, unresolvably, saying why.
+				invalid := errors.Is(rerr, gpushare.ErrInvalidRequest) || errors.Is(rerr, gpushare.ErrInvalidIsolation)
+				if !invalid || res.FailedAndUnresolvableNodes[n] != rerr.Error() {
 					t.Fatalf("invalid request (%v): node %q has reason %q", rerr, n, reason)
 				}
 			case req.Units == 0 && known && len(view.GPUs) > 0:
@@ -406,12 +457,21 @@ func FuzzFilter(f *testing.F) {
 					t.Fatalf("node %q without GPUs: reason %q, want %q unresolvable", n, reason, want)
 				}
 			case !isFailed:
-				free, largest := healthyRoom(view)
+				free, largest := room(view, req.Isolation)
 				for _, c := range req.Containers {
 					if c.Units > largest || req.Units > free {
-						t.Fatalf("node %q passed a %d-unit pod (container %s: %d) with %d free units and GPUs of at most %d",
-							n, req.Units, c.Name, c.Units, free, largest)
+						t.Fatalf("node %q passed a %d-unit pod (container %s: %d, %v) with %d free units and GPUs of at most %d that may run it",
+							n, req.Units, c.Name, c.Units, req.Isolation, free, largest)
 					}
+				}
+			case strings.HasPrefix(reason, "no GPU offers isolation"):
+				// The reason must be true: no healthy GPU offers the tier.
+				offered := false
+				for i, g := range view.GPUs {
+					offered = offered || g.Healthy && gpushare.Isolation(view.TierAt(i).String()).Offers(req.Isolation.Tier())
+				}
+				if offered {
+					t.Fatalf("node %q failed with %q, yet a healthy GPU offers %q", n, reason, req.Isolation.Tier())
 				}
 			}
 		}
@@ -426,6 +486,9 @@ func FuzzPrioritize(f *testing.F) {
 		`{"Pod":{"metadata":{"name":"p","namespace":"default"},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}]}},"NodeNames":["n1","mixed","huge","cpu","ghost"]}`,
 		`{"Pod":{"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"-1"}}}]}},"NodeNames":["n1"]}`,
 		`{"Pod":{"spec":{"containers":[{"name":"c"}]}},"Nodes":{"items":[{"metadata":{"name":"n1"}}]}}`,
+		`{"Pod":{"metadata":{"name":"p","namespace":"default","annotations":{"gpushare.io/isolation":"mps","gpushare.io/compute-percent":"30"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"6"}}}]}},"NodeNames":["tiers","n1","mixed"]}`,
+		`{"Pod":{"metadata":{"name":"p","namespace":"default","annotations":{"gpushare.io/compute-percent":"101"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"6"}}}]}},"NodeNames":["tiers"]}`,
+		`{"Pod":{"metadata":{"name":"p","namespace":"default","annotations":{"gpushare.io/isolation":"none"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}]}},"NodeNames":["tiers","n1"]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -526,6 +589,15 @@ func FuzzBind(f *testing.F) {
 		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"uid-running","Node":"n1"}`, "", "4", "", "", false},
 		{`{"PodName":"$POD","PodNamespace":"kube-system","PodUID":"$UID","Node":"n1"}`, "", "4", "", "", false},
 		{`{"PodName":"` + strings.Repeat("p", 4096) + `","PodNamespace":"default","PodUID":"$UID","Node":"` + strings.Repeat("n", 4096) + `"}`, "", "4", "", "", false},
+		// Isolation: the tier's GPU, the in-flight pod's size with another
+		// share (held back) and with its own (beside it), a tier the node
+		// lacks, unreadable values.
+		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"$UID","Node":"tiers"}`, `{"gpushare.io/isolation":"hami-core"}`, "4", "", "", false},
+		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"$UID","Node":"tiers"}`, `{"gpushare.io/compute-percent":"50"}`, "6", "", "", false},
+		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"$UID","Node":"tiers"}`, `{"gpushare.io/compute-percent":"30"}`, "6", "", "", false},
+		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"$UID","Node":"n1"}`, `{"gpushare.io/isolation":"mps"}`, "4", "", "", false},
+		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"$UID","Node":"tiers"}`, `{"gpushare.io/isolation":"mps","gpushare.io/compute-percent":"0"}`, "4", "", "", false},
+		{`{"PodName":"$POD","PodNamespace":"default","PodUID":"$UID","Node":"tiers"}`, `{"gpushare.io/isolation":"mps"}`, "30", "30", "8", true},
 	} {
 		f.Add([]byte(s.body), s.ann, s.q0, s.q1, s.qinit, s.sidecar)
 	}
@@ -606,6 +678,9 @@ func (e *fuzzEnv) checkBind(t *testing.T, body []byte) int {
 		if on := chargedOn(after, args.PodNamespace, args.PodName); !slices.Equal(on, want) {
 			t.Fatalf("pod %s bound to %s is charged on %v", key, args.Node, on)
 		}
+		if want != nil {
+			e.checkIsolation(t, got, args.Node)
+		}
 	case http.StatusInternalServerError, http.StatusBadRequest:
 		// A refused bind says which pod, and adds nothing anywhere. A 400 is
 		// a bind that is not the extender's to make: a pod naming no gpu-mem
@@ -638,6 +713,33 @@ func (e *fuzzEnv) checkBind(t *testing.T, body []byte) int {
 		t.Fatalf("bind %q answered %d %q; want 200, 400 or 500", clipFuzz(body), code, out)
 	}
 	return code
+}
+
+// checkIsolation checks a pod bound to node: every GPU it is charged on may
+// run it by its isolation annotations, and the node's in-flight pods keep
+// rule 2's invariant.
+func (e *fuzzEnv) checkIsolation(t *testing.T, pod *corev1.Pod, node string) {
+	t.Helper()
+	req, err := allocator.NewRequest(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, ok := e.cache.Node(node)
+	if !ok {
+		t.Fatalf("node %s of a bound pod is not in the cache", node)
+	}
+	in, _ := e.cache.Inspect(node)
+	for _, d := range in.Nodes[0].Devs {
+		if !slices.ContainsFunc(d.Pods, func(p cache.InspectPod) bool { return p.Namespace == pod.Namespace && p.Name == pod.Name }) {
+			continue
+		}
+		for i, g := range view.GPUs {
+			if g.Index == d.ID && !offers(view, i, req.Isolation) {
+				t.Fatalf("pod %s/%s asking %v bound on GPU %d of tier %v (healthy %v)", pod.Namespace, pod.Name, req.Isolation, g.Index, view.TierAt(i), g.Healthy)
+			}
+		}
+	}
+	checkSignatures(t, view)
 }
 
 // refusedExponent checks the answer to a body holding a quantity with a

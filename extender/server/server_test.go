@@ -710,3 +710,174 @@ func TestBindRefusesWhatIsNotOurs(t *testing.T) {
 		t.Fatalf("p to n1: %d %s", code, msg)
 	}
 }
+
+// tieredNode is a node whose device plugin publishes each GPU's size and
+// effective tier; reasons, when given, say why a GPU fell back.
+func tieredNode(tb testing.TB, name string, units uint64, tiers []gpushare.Isolation, reasons ...string) *corev1.Node {
+	tb.Helper()
+	desc := gpushare.NodeGPUs{Unit: gpushare.GiB}
+	for i, tier := range tiers {
+		g := gpushare.GPUInfo{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Units: units, Healthy: true, Isolation: tier}
+		if i < len(reasons) {
+			g.IsolationReason = reasons[i]
+		}
+		desc.GPUs = append(desc.GPUs, g)
+	}
+	raw, err := gpushare.EncodeNodeGPUs(desc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := gpuNode(name, int64(units)*int64(len(tiers)), int64(len(tiers)))
+	n.Annotations = map[string]string{gpushare.AnnotationNodeGPUs: raw}
+	return n
+}
+
+// isolated returns p with isolation annotations; empty values are left out.
+func isolated(p *corev1.Pod, tier, percent string) *corev1.Pod {
+	p.Annotations = map[string]string{}
+	if tier != "" {
+		p.Annotations[gpushare.AnnotationIsolation] = tier
+	}
+	if percent != "" {
+		p.Annotations[gpushare.AnnotationComputePercent] = percent
+	}
+	return p
+}
+
+func TestFilterIsolation(t *testing.T) {
+	mps, none := gpushare.IsolationMPS, gpushare.IsolationNone
+	e := newEnv(t, tieredNode(t, "mps", 16, []gpushare.Isolation{mps, mps}),
+		tieredNode(t, "fellback", 16, []gpushare.Isolation{none, none}, "MPS control daemon not answering"),
+		gpuNode("old", 32, 2))
+	nodes := []string{"mps", "fellback", "old"}
+	tests := []struct {
+		name         string
+		pod          *corev1.Pod
+		pass         string
+		unresolvable map[string]string
+	}{
+		{name: "no annotations: every node", pod: gpuPod("p", 4), pass: "mps,fellback,old"},
+		{name: "mps: only where a GPU offers it, each GPU's tier and fallback named", pod: isolated(gpuPod("p", 4), "mps", ""), pass: "mps",
+			unresolvable: map[string]string{
+				"fellback": `no GPU offers isolation "mps" (GPU 0: none, MPS control daemon not answering; GPU 1: none)`,
+				"old":      `no GPU offers isolation "mps" (GPUs 0, 1: none)`,
+			}},
+		{name: "none: the nodes that do not enforce", pod: isolated(gpuPod("p", 4), "none", ""), pass: "fellback,old",
+			unresolvable: map[string]string{"mps": `no GPU offers isolation "none" (GPUs 0, 1: mps)`}},
+		{name: "a compute share: only where it can be enforced", pod: isolated(gpuPod("p", 4), "", "30"), pass: "mps",
+			unresolvable: map[string]string{
+				"old": "no GPU can enforce gpushare.io/compute-percent 30, which needs isolation mps or hami-core (GPUs 0, 1: none)",
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := e.filter(tt.pod, nodes...)
+			if got := strings.Join(*res.NodeNames, ","); got != tt.pass {
+				t.Fatalf("passing %q, want %q (failed %v, unresolvable %v)", got, tt.pass, res.FailedNodes, res.FailedAndUnresolvableNodes)
+			}
+			for n, want := range tt.unresolvable {
+				if got := res.FailedAndUnresolvableNodes[n]; got != want {
+					t.Errorf("node %s: reason %q, want %q", n, got, want)
+				}
+			}
+			// Prioritize agrees: a node the pod cannot go to scores nothing.
+			_, body := e.do("POST", "/gpushare-scheduler/prioritize", extenderv1.ExtenderArgs{Pod: tt.pod, NodeNames: &nodes})
+			var scores extenderv1.HostPriorityList
+			if err := json.Unmarshal(body, &scores); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range scores {
+				if !strings.Contains(tt.pass, s.Host) && s.Score != 0 {
+					t.Errorf("node %s scores %d, though filter fails it", s.Host, s.Score)
+				}
+			}
+		})
+	}
+}
+
+// Invalid isolation annotations are reported like an invalid request: every
+// node fails with the reason, unresolvably, and bind refuses the pod.
+func TestInvalidIsolationAnnotations(t *testing.T) {
+	e := newEnv(t, tieredNode(t, "mps", 16, []gpushare.Isolation{gpushare.IsolationMPS}))
+	for _, tc := range []struct{ name, tier, percent, want string }{
+		{"zero", "", "0", `invalid gpushare isolation: gpushare.io/compute-percent "0" is not a whole number from 1 to 100`},
+		{"percent-sign", "", "30%", `invalid gpushare isolation: gpushare.io/compute-percent "30%" is not a whole number from 1 to 100`},
+		{"unknown-tier", "exclusive", "", `invalid gpushare isolation: gpushare.io/isolation "exclusive" is not one of none, mps, hami-core, any`},
+		{"share-on-none", "none", "50", `invalid gpushare isolation: gpushare.io/compute-percent "50" cannot be enforced with gpushare.io/isolation "none"`},
+	} {
+		p := isolated(gpuPod(tc.name, 4), tc.tier, tc.percent)
+		res := e.filter(p, "mps")
+		if got := res.FailedAndUnresolvableNodes["mps"]; !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s=%q %s=%q: reason %q, want it to start %q", gpushare.AnnotationIsolation, tc.tier, gpushare.AnnotationComputePercent, tc.percent, got, tc.want)
+		}
+		if _, err := e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if code, msg := e.bind(p, "mps"); code != http.StatusInternalServerError || !strings.Contains(msg, tc.want) {
+			t.Errorf("bind: %d %q; want 500 saying %q", code, msg, tc.want)
+		}
+	}
+	if used := e.inspectUsed(t, "mps"); used != 0 {
+		t.Fatalf("%d units charged after refused binds", used)
+	}
+}
+
+// Rule 2 through the verbs: a pod of the same size as an in-flight pod but
+// another compute share fails the filter, resolvably, naming that pod, and
+// its bind is refused; it goes once the first pod is allocated.
+func TestComputePercentHoldBackThroughVerbs(t *testing.T) {
+	mps := gpushare.IsolationMPS
+	e := newEnv(t, tieredNode(t, "n1", 16, []gpushare.Isolation{mps, mps}))
+	ctx := context.Background()
+	pods := e.client.CoreV1().Pods("default")
+	p, q := isolated(gpuPod("p", 4), "", "30"), isolated(gpuPod("q", 4), "", "50")
+	for _, pod := range []*corev1.Pod{p, q} {
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, msg := e.bind(p, "n1"); code != http.StatusOK {
+		t.Fatalf("bind p: %d %s", code, msg)
+	}
+	res := e.filter(q, "n1")
+	want := `waiting for pod default/p (a 4-unit container of a pod with isolation "any", compute-percent 30, not yet allocated by the device plugin)`
+	if got := res.FailedNodes["n1"]; got != want {
+		t.Fatalf("filter q: FailedNodes %q, unresolvable %v; want %q", got, res.FailedAndUnresolvableNodes, want)
+	}
+	if code, msg := e.bind(q, "n1"); code != http.StatusInternalServerError || !strings.Contains(msg, "waiting for pod default/p") {
+		t.Fatalf("bind q: %d %q; want 500 naming default/p", code, msg)
+	}
+	// The device plugin allocates p: q's signature no longer conflicts.
+	live, err := pods.Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Annotations[gpushare.AnnotationAssigned] = "true"
+	// Written past the reactors, which fail the test on any write but a Binding.
+	if err := e.client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, live, "default"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for res = e.filter(q, "n1"); len(*res.NodeNames) == 0; res = e.filter(q, "n1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("q still held back after p was assigned: %v", res.FailedNodes)
+		}
+		<-tick.C
+	}
+	if code, msg := e.bind(q, "n1"); code != http.StatusOK {
+		t.Fatalf("bind q after p was assigned: %d %s", code, msg)
+	}
+}
+
+// inspectUsed reads a node's charged units through GET inspect.
+func (e *env) inspectUsed(t *testing.T, node string) uint64 {
+	t.Helper()
+	code, body := e.do("GET", "/gpushare-scheduler/inspect/"+node, nil)
+	var in cache.Inspect
+	if err := json.Unmarshal(body, &in); code != http.StatusOK || err != nil || len(in.Nodes) != 1 {
+		t.Fatalf("inspect %s: %d %s %v", node, code, body, err)
+	}
+	return in.Nodes[0].UsedGPU
+}

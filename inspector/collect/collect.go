@@ -91,7 +91,8 @@ func newNode(n *corev1.Node, r *Report) *nodeAcc {
 		if err == nil {
 			acc.published, acc.publishedUnit = true, desc.Unit.String()
 			for _, g := range desc.GPUs {
-				acc.gpus[g.Index] = &GPU{Index: g.Index, Total: g.Units, Healthy: g.Healthy, Reason: g.Reason, Model: g.Model, UUID: g.UUID, Known: true}
+				acc.gpus[g.Index] = &GPU{Index: g.Index, Total: g.Units, Healthy: g.Healthy, Reason: g.Reason, Model: g.Model, UUID: g.UUID, Known: true,
+					Isolation: string(g.Isolation), IsolationReason: g.IsolationReason}
 			}
 			return acc
 		}
@@ -158,6 +159,10 @@ func addPod(acc *nodeAcc, pod *corev1.Pod, r *Report) {
 		}
 	}
 	p := Pod{Namespace: pod.Namespace, Name: pod.Name, Units: units, Pending: !placed, Assigned: asg.Assigned, GPUs: []GPUCharge{}}
+	if err := readIsolation(&p, pod.Annotations); err != nil {
+		// The charge does not depend on them; only what the pod asks is unknown.
+		skip(errors.New("isolation annotations ignored: " + err.Error()))
+	}
 	if !placed {
 		acc.node.Pending += units
 		p.Containers = containers(reqs, nil, asg, false, envs)
@@ -181,6 +186,24 @@ func addPod(acc *nodeAcc, pod *corev1.Pod, r *Report) {
 	slices.SortFunc(p.GPUs, func(a, b GPUCharge) int { return a.Index - b.Index })
 	p.Containers = containers(reqs, gpuOf, asg, true, envs)
 	acc.node.Pods = append(acc.node.Pods, p)
+}
+
+// readIsolation sets what the pod's isolation annotations ask, each only
+// when the pod sets it; on an unreadable value it sets neither.
+func readIsolation(p *Pod, annotations map[string]string) error {
+	tier, err := gpushare.PodIsolation(annotations)
+	if err != nil {
+		return err
+	}
+	percent, err := gpushare.PodComputePercent(annotations)
+	if err != nil {
+		return err
+	}
+	if _, set := annotations[gpushare.AnnotationIsolation]; set {
+		p.Isolation = string(tier)
+	}
+	p.ComputePercent = percent
+	return nil
 }
 
 // reqKey names a container across both container lists.

@@ -99,6 +99,49 @@ func TestMalformedInputIsSkippedNotFatal(t *testing.T) {
 	}
 }
 
+// What a pod's isolation annotations ask is shown as set; an unreadable
+// value is named and the pod still counts, and each GPU carries the tier and
+// fallback reason its plugin published.
+func TestIsolation(t *testing.T) {
+	desc := gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{
+		{Index: 0, Units: 15, Healthy: true, Isolation: gpushare.IsolationMPS},
+		{Index: 1, Units: 15, Healthy: true, Isolation: gpushare.IsolationNone, IsolationReason: "MPS control daemon not answering"},
+	}}
+	with := func(p corev1.Pod, kv ...string) corev1.Pod {
+		for i := 0; i+1 < len(kv); i += 2 {
+			p = fixture.WithPodAnnotation(p, kv[i], kv[i+1])
+		}
+		return p
+	}
+	pods := []corev1.Pod{
+		with(fixture.SimplePod("d", "a-mps", "n", 1, 0, 15, true), gpushare.AnnotationIsolation, "mps", gpushare.AnnotationComputePercent, "25"),
+		with(fixture.SimplePod("d", "b-share", "n", 1, 0, 15, true), gpushare.AnnotationComputePercent, "100"),
+		with(fixture.SimplePod("d", "c-any", "n", 1, 1, 15, true), gpushare.AnnotationIsolation, "any"),
+		fixture.SimplePod("d", "d-plain", "n", 1, 1, 15, true),
+		with(fixture.SimplePod("d", "e-bad", "n", 2, 1, 15, true), gpushare.AnnotationIsolation, "mps", gpushare.AnnotationComputePercent, "0.5"),
+	}
+	r := collect.Build([]corev1.Node{fixture.WithGPUs(fixture.Node("n", "", 30, 2), desc)}, pods)
+	n := r.Nodes[0]
+	if g := n.GPUs; g[0].Isolation != "mps" || g[0].IsolationReason != "" || !g[0].Enforces() ||
+		g[1].Isolation != "none" || g[1].IsolationReason != "MPS control daemon not answering" || g[1].Enforces() {
+		t.Errorf("GPUs %+v; want mps, and none with the fallback reason", g)
+	}
+	type asks struct {
+		tier    string
+		percent int
+	}
+	want := []asks{{"mps", 25}, {"", 100}, {"any", 0}, {"", 0}, {"", 0}}
+	for i, p := range n.Pods {
+		if got := (asks{p.Isolation, p.ComputePercent}); got != want[i] {
+			t.Errorf("pod %s asks %+v, want %+v", p.Name, got, want[i])
+		}
+	}
+	if n.Allocated != 6 || len(r.Skipped) != 1 || r.Skipped[0].Name != "e-bad" ||
+		!strings.Contains(r.Skipped[0].Reason, `gpushare.io/compute-percent "0.5" is not a whole number`) {
+		t.Errorf("allocated %d, skipped %+v; want e-bad's 2 units counted and its share named", n.Allocated, r.Skipped)
+	}
+}
+
 func TestUnknownGPUStillCounts(t *testing.T) {
 	r := collect.Build([]corev1.Node{fixture.Node("n", "", 15, 1)}, []corev1.Pod{fixture.SimplePod("d", "p", "n", 3, 2, 15, true)})
 	n := r.Nodes[0]
@@ -132,6 +175,7 @@ func TestUnitLabel(t *testing.T) {
 func FuzzBuild(f *testing.F) {
 	f.Add("0", `{"0":{"1":2}}`, `{"main":{"gpu":0,"pod":2,"container":2,"dev":15}}`, `{"unit":"GiB","gpus":[{"index":0,"units":15,"healthy":true}]}`)
 	f.Add("63", "{}", "{}", "null")
+	f.Add("1", "{}", "{}", `{"unit":"GiB","gpus":[{"index":0,"units":15,"healthy":true,"isolation":"mps"},{"index":1,"units":15,"healthy":false,"isolation":"x","isolationReason":"daemon down"}]}`)
 	f.Fuzz(func(t *testing.T, idx, alloc, env, gpus string) {
 		p := fixture.Pod("d", "p", "n", fixture.Container("main", 2))
 		p.Annotations = map[string]string{gpushare.AnnotationGPUIndex: idx, gpushare.AnnotationAllocation: alloc, gpushare.AnnotationContainerEnv: env}

@@ -1,5 +1,7 @@
 package collect
 
+import "github.com/gpushare/gpushare/plugin/gpushare"
+
 // Report is everything the inspector shows; its JSON form is the stable
 // machine-readable schema documented in docs/inspector.md, so field names
 // and meanings only ever grow.
@@ -63,7 +65,17 @@ type GPU struct {
 	UUID    string `json:"uuid,omitempty"`
 	// Known is false when the node does not list this GPU index, yet pods are charged on it.
 	Known bool `json:"known"`
+	// Isolation is the GPU's effective isolation tier (none, mps,
+	// hami-core) as the device plugin publishes it; absent when the plugin
+	// publishes none (older plugins, or sizes derived from the node total).
+	Isolation string `json:"isolation,omitempty"`
+	// IsolationReason says why the GPU fell back from the tier its node is
+	// configured for (e.g. the MPS control daemon does not answer).
+	IsolationReason string `json:"isolationReason,omitempty"`
 }
+
+// Enforces reports whether the GPU's tier enforces limits (mps, hami-core).
+func (g GPU) Enforces() bool { return gpushare.Isolation(g.Isolation).Limits() }
 
 // Pod is one pod holding or waiting for GPU memory on a node.
 type Pod struct {
@@ -80,6 +92,12 @@ type Pod struct {
 	// Containers are the containers asking for gpu-mem: init containers
 	// first, then regular ones, each in spec order.
 	Containers []Container `json:"containers"`
+	// Isolation is the tier the pod's gpushare.io/isolation annotation
+	// requires (none, mps, hami-core, any); absent when it sets none.
+	Isolation string `json:"isolation,omitempty"`
+	// ComputePercent is the pod's gpushare.io/compute-percent, a limit on its
+	// share of the GPU's compute; absent when it sets none.
+	ComputePercent int `json:"computePercent,omitempty"`
 }
 
 // GPUCharge is the units a pod holds on one GPU.

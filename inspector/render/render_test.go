@@ -146,6 +146,9 @@ func TestGolden(t *testing.T) {
 		{"multi-container-old-node-details.txt", multiContainerOldNode, details},
 		{"unhealthy-summary.txt", unhealthyCluster, summary},
 		{"unhealthy-details.txt", unhealthyCluster, details},
+		{"tiers-summary.txt", tieredCluster, summary},
+		{"tiers-details.txt", tieredCluster, details},
+		{"tiers.json", tieredCluster, jsonOut},
 	}
 	for _, tc := range cases {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -230,6 +233,112 @@ func unhealthyCluster() ([]corev1.Node, []corev1.Pod) {
 	p := fixture.Record(fixture.SimplePod("default", "p", "h-0", 7, 2, 15, true),
 		gpushare.ContainerEnvs{"main": {GPUIndex: 2, PodUnits: 7, ContainerUnits: 7, DevUnits: 15}})
 	return []corev1.Node{n}, []corev1.Pod{p}
+}
+
+// withTiers sets the published tier of each GPU of desc, in order, and why
+// it fell back where reasons has a non-empty entry.
+func withTiers(desc gpushare.NodeGPUs, tiers []gpushare.Isolation, reasons ...string) gpushare.NodeGPUs {
+	for i, t := range tiers {
+		desc.GPUs[i].Isolation = t
+		if i < len(reasons) {
+			desc.GPUs[i].IsolationReason = reasons[i]
+		}
+	}
+	return desc
+}
+
+// asks returns p with isolation annotations; empty values are left out.
+func asks(p corev1.Pod, tier, percent string) corev1.Pod {
+	if tier != "" {
+		p = fixture.WithPodAnnotation(p, gpushare.AnnotationIsolation, tier)
+	}
+	if percent != "" {
+		p = fixture.WithPodAnnotation(p, gpushare.AnnotationComputePercent, percent)
+	}
+	return p
+}
+
+// tieredCluster: a node configured for mps whose GPU 2 fell back and GPU 3
+// is unhealthy, a hami-core node, a node of a tier-aware plugin without
+// isolation (none), a node of the old plugin; pods asking for tiers and
+// compute shares, and one whose share cannot be read.
+func tieredCluster() ([]corev1.Node, []corev1.Pod) {
+	mps, hami, none := gpushare.IsolationMPS, gpushare.IsolationHAMiCore, gpushare.IsolationNone
+	mpsNode := fixture.WithGPUs(fixture.Node("mps-0", "10.5.0.1", 4*15, 4),
+		withTiers(published(gpushare.GiB, []uint64{15, 15, 15, 15}, 3), []gpushare.Isolation{mps, mps, none, mps}, "", "", "MPS control daemon not answering"))
+	hamiNode := fixture.WithGPUs(fixture.Node("hami-0", "10.5.0.2", 2*31, 2),
+		withTiers(published(gpushare.GiB, []uint64{31, 31}), []gpushare.Isolation{hami, hami}))
+	noneNode := fixture.WithGPUs(fixture.Node("none-0", "10.5.0.3", 2*15, 2),
+		withTiers(published(gpushare.GiB, []uint64{15, 15}), []gpushare.Isolation{none, none}))
+	infer := fixture.Record(asks(fixture.SimplePod("ml", "infer", "mps-0", 4, 0, 15, true), "mps", "30"),
+		gpushare.ContainerEnvs{"main": {GPUIndex: 0, PodUnits: 4, ContainerUnits: 4, DevUnits: 15}})
+	return []corev1.Node{noneNode, mpsNode, fixture.Node("old-0", "10.5.0.4", 30, 2), hamiNode},
+		[]corev1.Pod{
+			infer,
+			fixture.SimplePod("ml", "plain", "mps-0", 2, 2, 15, false),
+			asks(fixture.SimplePod("ml", "share", "hami-0", 8, 1, 31, false), "", "50"),
+			asks(fixture.SimplePod("ml", "queued", "hami-0", 3, -1, 0, false), "hami-core", ""),
+			asks(fixture.SimplePod("default", "unreadable", "none-0", 5, 0, 15, false), "", "half"),
+			asks(fixture.SimplePod("default", "legacy", "old-0", 6, 1, 15, true), "none", ""),
+		}
+}
+
+// A node whose plugin publishes tier none on every GPU is, in the summary,
+// the node it was before tiers, byte for byte: the compatibility contract
+// holds for tier-aware plugins run without isolation.
+func TestTierNoneKeepsTheSummary(t *testing.T) {
+	nodes, pods := richCluster()
+	var before bytes.Buffer
+	if err := render.Summary(&before, collect.Build(nodes, pods)); err != nil {
+		t.Fatal(err)
+	}
+	mixed := fixture.WithGPUs(fixture.Node("gpu-mixed", "10.1.0.1", 15+31, 2),
+		withTiers(published(gpushare.GiB, []uint64{15, 31}, 1), []gpushare.Isolation{gpushare.IsolationNone, gpushare.IsolationNone}))
+	for i := range nodes {
+		if nodes[i].Name == "gpu-mixed" {
+			nodes[i] = mixed
+		}
+	}
+	var after bytes.Buffer
+	r := collect.Build(nodes, pods)
+	if err := render.Summary(&after, r); err != nil {
+		t.Fatal(err)
+	}
+	if after.String() != before.String() {
+		t.Fatalf("summary changed with tier none published:\n%s\nwas\n%s", after.String(), before.String())
+	}
+	// -d says the tier, on its own line, and changes nothing else.
+	var d bytes.Buffer
+	if err := render.Details(&d, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d.String(), "UNHEALTHY:  GPU1 (XID 79: fallen off the bus)\nISOLATION:  none\n") {
+		t.Fatalf("details without the node's tier line:\n%s", d.String())
+	}
+}
+
+// The recorded environment of a tier-aware plugin shows the tier and the
+// compute limit the container was given.
+func TestEnvShowsIsolation(t *testing.T) {
+	gpu := 0
+	n := collect.Node{Name: "n", Address: "10.0.0.1", Total: 15, GPUSizes: collect.SizesPublished,
+		GPUs: []collect.GPU{{Index: 0, Total: 15, Allocated: 4, Healthy: true, Known: true, Isolation: "mps"}},
+		Pods: []collect.Pod{{Namespace: "ml", Name: "infer", Units: 4, Isolation: "mps", ComputePercent: 30,
+			GPUs: []collect.GPUCharge{{Index: 0, Units: 4}},
+			Containers: []collect.Container{{Name: "main", Units: 4, GPU: &gpu, State: collect.StateAllocated, Env: map[string]string{
+				gpushare.EnvVisibleDevices: "0", gpushare.EnvContainerUnits: "4", gpushare.EnvDevUnits: "15",
+				gpushare.EnvIsolation: "mps", gpushare.EnvComputePercent: "30", gpushare.EnvMPSPipeDirectory: "/not/shown",
+			}}}}},
+	}
+	var b bytes.Buffer
+	if err := render.Details(&b, &collect.Report{Unit: "GiB", Nodes: []collect.Node{n}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "ml/infer  main       4        0    mps 30%    NVIDIA_VISIBLE_DEVICES=0 ALIYUN_COM_GPU_MEM_CONTAINER=4 ALIYUN_COM_GPU_MEM_DEV=15 " +
+		gpushare.EnvIsolation + "=mps " + gpushare.EnvComputePercent + "=30\n"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("details:\n%s\nwant the line\n%s", b.String(), want)
+	}
 }
 
 // failingWriter fails every write, as a closed pipe does.

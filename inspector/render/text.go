@@ -2,6 +2,7 @@ package render
 
 import (
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -100,6 +101,9 @@ func Details(w io.Writer, r *collect.Report) error {
 		if bad := unhealthy(n); bad != "" {
 			out.WriteString("UNHEALTHY:\t" + bad + "\n")
 		}
+		if tiers := isolation(n); tiers != "" {
+			out.WriteString("ISOLATION:\t" + tiers + "\n")
+		}
 		out.WriteString("\n")
 
 		cols := gpuColumns(r.Nodes[i : i+1])
@@ -157,9 +161,18 @@ func Details(w io.Writer, r *collect.Report) error {
 // before it ends the tabwriter's column blocks, so the old table above keeps
 // its exact widths; nodes of the old plugin never get this section, so their
 // view stays byte for byte the old one.
+//
+// The ISOLATION column (what each pod's isolation annotations ask) appears
+// only on nodes where some pod sets them, so nodes without tiers keep the
+// section as it was.
 func writeContainers(out *errWriter, n *collect.Node) {
+	asks := slices.ContainsFunc(n.Pods, func(p collect.Pod) bool { return podAsks(p) != "-" })
 	out.WriteString("\n")
-	out.WriteString("POD\tCONTAINER\tREQUEST\tGPU\tENV\n")
+	if asks {
+		out.WriteString("POD\tCONTAINER\tREQUEST\tGPU\tISOLATION\tENV\n")
+	} else {
+		out.WriteString("POD\tCONTAINER\tREQUEST\tGPU\tENV\n")
+	}
 	for _, p := range n.Pods {
 		for _, c := range p.Containers {
 			name := c.Name
@@ -170,13 +183,35 @@ func writeContainers(out *errWriter, n *collect.Node) {
 			if c.GPU != nil {
 				gpu = strconv.Itoa(*c.GPU)
 			}
-			out.WriteString(p.Namespace + "/" + p.Name + "\t" + name + "\t" + u(c.Units) + "\t" + gpu + "\t" + envCell(c) + "\n")
+			row := p.Namespace + "/" + p.Name + "\t" + name + "\t" + u(c.Units) + "\t" + gpu + "\t"
+			if asks {
+				row += podAsks(p) + "\t"
+			}
+			out.WriteString(row + envCell(c) + "\n")
 		}
 	}
 }
 
+// podAsks is a pod's isolation annotations as a cell: the tier required
+// (any when only a share is set) and the compute share, e.g. "mps 30%";
+// "-" when it sets neither.
+func podAsks(p collect.Pod) string {
+	tier := p.Isolation
+	if tier == "" {
+		if p.ComputePercent == 0 {
+			return "-"
+		}
+		tier = string(gpushare.IsolationAny)
+	}
+	if p.ComputePercent > 0 {
+		tier += " " + strconv.Itoa(p.ComputePercent) + "%"
+	}
+	return tier
+}
+
 // shownEnv are the variables a container limits itself with, in display order.
-var shownEnv = [...]string{gpushare.EnvVisibleDevices, gpushare.EnvContainerUnits, gpushare.EnvDevUnits, gpushare.EnvDisableIsolation}
+var shownEnv = [...]string{gpushare.EnvVisibleDevices, gpushare.EnvContainerUnits, gpushare.EnvDevUnits, gpushare.EnvDisableIsolation,
+	gpushare.EnvIsolation, gpushare.EnvComputePercent}
 
 // envCell shows the recorded limits, or why there are none.
 func envCell(c collect.Container) string {
@@ -211,8 +246,11 @@ func gpuColumns(nodes []collect.Node) int {
 }
 
 // summaryCell is "allocated/total" for GPU index g, "0/0" when the node has
-// no such GPU (as the old CLI printed), with a marker for unhealthy GPUs and
-// for GPUs the node does not describe.
+// no such GPU (as the old CLI printed), with a marker for GPUs the node does
+// not describe, unhealthy GPUs, GPUs whose tier enforces limits ("(mps)",
+// "(hami-core)") and GPUs that fell back from their tier ("(fell back to
+// none)"). A GPU without limits, the old behaviour, has no marker, so a
+// cluster without tiers prints the old table byte for byte.
 func summaryCell(n *collect.Node, g int) string {
 	for _, x := range n.GPUs {
 		if x.Index != g {
@@ -224,10 +262,49 @@ func summaryCell(n *collect.Node, g int) string {
 			cell += " (unknown)"
 		case !x.Healthy:
 			cell += " (unhealthy)"
+		case x.IsolationReason != "":
+			cell += " (fell back to " + tierOf(x) + ")"
+		case x.Enforces():
+			cell += " (" + x.Isolation + ")"
 		}
 		return cell
 	}
 	return "0/0"
+}
+
+// tierOf names a GPU's effective tier; a plugin that publishes none offers none.
+func tierOf(g collect.GPU) string {
+	if g.Isolation == "" {
+		return string(gpushare.IsolationNone)
+	}
+	return g.Isolation
+}
+
+// isolation describes a node's tiers for -d: "mps" when every GPU offers the
+// same and none fell back, else each GPU's, with why it fell back:
+// "GPU0 mps, GPU1 none (MPS control daemon not answering)". Empty for nodes
+// whose plugin publishes no tier.
+func isolation(n *collect.Node) string {
+	// GPUs only pods name have no tier to show.
+	known := slices.DeleteFunc(slices.Clone(n.GPUs), func(g collect.GPU) bool { return !g.Known })
+	if !slices.ContainsFunc(known, func(g collect.GPU) bool { return g.Isolation != "" }) {
+		return ""
+	}
+	uniform := !slices.ContainsFunc(known, func(g collect.GPU) bool {
+		return g.IsolationReason != "" || tierOf(g) != tierOf(known[0])
+	})
+	if uniform {
+		return tierOf(known[0])
+	}
+	parts := make([]string, 0, len(known))
+	for _, g := range known {
+		s := "GPU" + strconv.Itoa(g.Index) + " " + tierOf(g)
+		if g.IsolationReason != "" {
+			s += " (" + g.IsolationReason + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // unhealthy lists a node's unhealthy GPUs with their reasons, "" when none.

@@ -26,6 +26,8 @@ type CheckpointEntry struct {
 	DeviceIDs []string
 	// Envs is the environment the device plugin's Allocate answered with.
 	Envs map[string]string
+	// Mounts are the mounts it answered with.
+	Mounts []*pluginapi.Mount
 }
 
 // checkpointFile mirrors the kubelet's checkpoint JSON (pkg/kubelet/cm/devicemanager/checkpoint).
@@ -66,7 +68,7 @@ func ReadCheckpoint(path string) (Checkpoint, error) {
 		if err := proto.Unmarshal(e.AllocResp, &resp); err != nil {
 			return Checkpoint{}, fmt.Errorf("parse %s: allocation of %s/%s: %w", path, e.PodUID, e.ContainerName, err)
 		}
-		entry.Envs = resp.Envs
+		entry.Envs, entry.Mounts = resp.Envs, resp.Mounts
 		cp.Entries = append(cp.Entries, entry)
 	}
 	return cp, nil

@@ -20,6 +20,8 @@ import (
 	"github.com/gpushare/gpushare/extender/cache"
 	"github.com/gpushare/gpushare/inspector/collect"
 	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/plugin/manager"
+	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
@@ -76,12 +78,17 @@ func startSystem(t *testing.T) *systemBed {
 // returns once the node advertises every unit, publishes its GPUs and is in the extender's view.
 func (b *systemBed) addNode(t *testing.T, name, backend string) *systemNode {
 	t.Helper()
+	return b.addNodeWith(t, name, simulator(t, backend), nil)
+}
+
+// addNodeWith is addNode on lib, with the plugin's configuration changed by mutate (nil: none).
+func (b *systemBed) addNodeWith(t *testing.T, name string, sim nvml.Library, mutate func(*manager.Config)) *systemNode {
+	t.Helper()
 	ctx := t.Context()
 	kubelet, err := b.c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := simulator(t, backend)
 	devs, err := sim.Devices()
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +97,7 @@ func (b *systemBed) addNode(t *testing.T, name, backend string) *systemNode {
 	for _, d := range devs {
 		n.total += int64(d.MemoryMiB / 1024)
 	}
-	n.plugin = startPlugin(t, b.client, kubelet, sim, 10*time.Second)
+	n.plugin = startPluginWith(t, b.client, kubelet, sim, 10*time.Second, mutate)
 	n.plugin.waitRegistered(t)
 	node, err := b.c.WaitForNode(ctx, name, waitLong, "advertises our devices and publishes its GPUs", func(node *corev1.Node) bool {
 		desc, err := gpushare.DecodeNodeGPUs(node.Annotations[gpushare.AnnotationNodeGPUs])

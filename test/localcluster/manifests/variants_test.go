@@ -118,3 +118,48 @@ func TestMTLSOverlay(t *testing.T) {
 		}
 	}
 }
+
+// TestIsolationOverlays: isolation-mps/ and isolation-hami-core/ run the plugin in their tier with
+// the host directories its default flags name mounted at the same paths; mps adds what the MPS
+// daemon needs (the compute capability, privilege for compute modes, no rolling updates).
+func TestIsolationOverlays(t *testing.T) {
+	for dir, want := range map[string]struct {
+		arg    string
+		mounts []string
+	}{
+		"isolation-mps":       {"--isolation=mps", []string{"/run/gpushare/mps", "/dev/shm"}},
+		"isolation-hami-core": {"--isolation=hami-core", []string{"/usr/local/vgpu", "/tmp/vgpulock", "/var/lib/gpushare/hami-cache"}},
+	} {
+		ds := convert[appsv1.DaemonSet](t, loadT(t, dir)["DaemonSet kube-system/gpushare-device-plugin"])
+		spec := ds.Spec.Template.Spec
+		c := spec.Containers[0]
+		if !slices.Contains(c.Args, want.arg) {
+			t.Errorf("%s: args %v lack %s", dir, c.Args, want.arg)
+		}
+		hostPaths := map[string]string{}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				hostPaths[v.Name] = v.HostPath.Path
+			}
+		}
+		for _, path := range want.mounts {
+			i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == path })
+			if i < 0 || (path != "/dev/shm" && hostPaths[c.VolumeMounts[i].Name] != path) {
+				t.Errorf("%s: no host directory mounted at %s (mounts %+v)", dir, path, c.VolumeMounts)
+			}
+		}
+		if dir != "isolation-mps" {
+			continue
+		}
+		caps := ""
+		for _, e := range c.Env {
+			if e.Name == "NVIDIA_DRIVER_CAPABILITIES" {
+				caps = e.Value
+			}
+		}
+		if !strings.Contains(caps, "compute") || c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged ||
+			ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+			t.Errorf("%s: capabilities %q, security %+v, update %s; want compute, privileged, OnDelete", dir, caps, c.SecurityContext, ds.Spec.UpdateStrategy.Type)
+		}
+	}
+}
