@@ -64,14 +64,20 @@ func TestMalformedPods(t *testing.T) {
 	}
 
 	// 2. Accepted by the API server, but no GPU can take them: pending with the scheduler's reason.
+	//    The last three ask for isolation the node (tier none) cannot give, or ask it wrongly.
 	for _, tc := range []struct {
 		name, units, want string
+		annotations       map[string]string
 	}{
-		{"absurd", "1000000", "Insufficient " + string(gpushare.ResourceName)},
-		{"beyond-limit", "1e15", "Insufficient " + string(gpushare.ResourceName)},
-		{"too-big-for-one-gpu", "100", "more than the largest healthy GPU"},
+		{"absurd", "1000000", "Insufficient " + string(gpushare.ResourceName), nil},
+		{"beyond-limit", "1e15", "Insufficient " + string(gpushare.ResourceName), nil},
+		{"too-big-for-one-gpu", "100", "more than the largest healthy GPU", nil},
+		{"tier-not-offered", "4", `no GPU offers isolation "mps"`, map[string]string{gpushare.AnnotationIsolation: "mps"}},
+		{"unknown-tier", "4", "invalid gpushare isolation", map[string]string{gpushare.AnnotationIsolation: "exclusive"}},
+		{"zero-share", "4", "invalid gpushare isolation", map[string]string{gpushare.AnnotationComputePercent: "0"}},
 	} {
 		p := pod("big-"+tc.name, corev1.ResourceRequirements{Limits: corev1.ResourceList{gpushare.ResourceName: qty(tc.units)}})
+		p.Annotations = tc.annotations
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
