@@ -84,11 +84,7 @@ const (
 // unreadable (Readable is false), which a bound pod's charge can still carry.
 func ReadPodIsolation(annotations map[string]string) (PodIsolation, error) {
 	unreadable := PodIsolation{need: needUnreadable}
-	want, err := gpushare.PodIsolation(annotations)
-	if err != nil {
-		return unreadable, err
-	}
-	percent, err := gpushare.PodComputePercent(annotations)
+	want, percent, err := gpushare.PodIsolationRequest(annotations)
 	if err != nil {
 		return unreadable, err
 	}
@@ -96,15 +92,9 @@ func ReadPodIsolation(annotations map[string]string) (PodIsolation, error) {
 		return PodIsolation{need: needAny, percent: uint8(percent)}, nil
 	}
 	tier := TierOf(want)
-	switch {
-	case tier == TierUnknown:
+	if tier == TierUnknown {
 		// A tier the contract added after this extender was built.
 		return unreadable, &gpushare.IsolationError{Field: gpushare.AnnotationIsolation, Value: string(want), Reason: "is not a tier this extender knows"}
-	case percent > 0 && !tier.Limits():
-		return unreadable, &gpushare.IsolationError{
-			Field: gpushare.AnnotationComputePercent, Value: annotations[gpushare.AnnotationComputePercent],
-			Reason: "cannot be enforced with " + gpushare.AnnotationIsolation + ` "` + string(want) + `": ask for mps, hami-core or any`,
-		}
 	}
 	return PodIsolation{need: 1 + uint8(tier), percent: uint8(percent)}, nil
 }

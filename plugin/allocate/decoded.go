@@ -77,10 +77,7 @@ func decodePod(pod *corev1.Pod) *podInfo {
 // decodeTier reads the pod's isolation annotations into info.
 func decodeTier(pod *corev1.Pod, info *podInfo) {
 	var err error
-	if info.tier, err = gpushare.PodIsolation(pod.Annotations); err == nil {
-		info.percent, err = gpushare.PodComputePercent(pod.Annotations)
-	}
-	if err != nil {
+	if info.tier, info.percent, err = gpushare.PodIsolationRequest(pod.Annotations); err != nil {
 		info.tierProblem = err.Error()
 	}
 }

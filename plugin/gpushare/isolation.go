@@ -120,6 +120,26 @@ func PodComputePercent(annotations map[string]string) (int, error) {
 	return n, nil
 }
 
+// PodIsolationRequest reads what a pod's isolation annotations ask: the
+// required tier (any when absent) and the compute share (0 when absent). A
+// share with the tier none, which cannot enforce it, is an *IsolationError
+// too, so the extender and the plugin refuse such a pod in the same words.
+func PodIsolationRequest(annotations map[string]string) (Isolation, int, error) {
+	want, err := PodIsolation(annotations)
+	if err != nil {
+		return "", 0, err
+	}
+	percent, err := PodComputePercent(annotations)
+	if err != nil {
+		return "", 0, err
+	}
+	if percent > 0 && want == IsolationNone {
+		return "", 0, &IsolationError{Field: AnnotationComputePercent, Value: annotations[AnnotationComputePercent],
+			Reason: "cannot be enforced with " + AnnotationIsolation + ` "none": ask for mps, hami-core or any`}
+	}
+	return want, percent, nil
+}
+
 // Offers reports whether a GPU of tier t satisfies a pod requiring want.
 // A GPU with no tier published (an older plugin) offers none.
 func (t Isolation) Offers(want Isolation) bool {

@@ -82,3 +82,27 @@ func TestOffersLimitsOrNone(t *testing.T) {
 		t.Error("OrNone")
 	}
 }
+
+func TestPodIsolationRequest(t *testing.T) {
+	for _, tc := range []struct {
+		ann     map[string]string
+		tier    gpushare.Isolation
+		percent int
+		err     string
+	}{
+		{ann: nil, tier: gpushare.IsolationAny},
+		{ann: map[string]string{gpushare.AnnotationIsolation: "mps", gpushare.AnnotationComputePercent: "30"}, tier: gpushare.IsolationMPS, percent: 30},
+		{ann: map[string]string{gpushare.AnnotationComputePercent: "100"}, tier: gpushare.IsolationAny, percent: 100},
+		{ann: map[string]string{gpushare.AnnotationIsolation: "none", gpushare.AnnotationComputePercent: "30"}, err: `gpushare.io/compute-percent "30" cannot be enforced with gpushare.io/isolation "none"`},
+		{ann: map[string]string{gpushare.AnnotationIsolation: "exclusive"}, err: `gpushare.io/isolation "exclusive" is not one of`},
+		{ann: map[string]string{gpushare.AnnotationComputePercent: "030"}, err: `gpushare.io/compute-percent "030" is not a whole number`},
+	} {
+		tier, percent, err := gpushare.PodIsolationRequest(tc.ann)
+		switch {
+		case tc.err != "" && (err == nil || !errors.Is(err, gpushare.ErrInvalidIsolation) || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%v: error %v, want ErrInvalidIsolation saying %q", tc.ann, err, tc.err)
+		case tc.err == "" && (err != nil || tier != tc.tier || percent != tc.percent):
+			t.Errorf("%v: %q %d %v, want %q %d", tc.ann, tier, percent, err, tc.tier, tc.percent)
+		}
+	}
+}
