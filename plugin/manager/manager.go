@@ -215,6 +215,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() { m.watchTiers(ctx, tiers) })
+	// Removes the hami-core cache directories no live container mounts
+	// (cachesweep.go); nothing to do where the cache root does not exist.
+	wg.Go(func() { every(ctx, cacheSweepEvery, m.sweepCaches) })
 	if alloc.holders != nil {
 		wg.Go(func() { every(ctx, attributeEvery, func() { alloc.attribute(ctx) }) })
 		// Without the pod-resources API records follow the plugin's own match,
