@@ -13,6 +13,9 @@ type NodeGPUs struct {
 	Unit      Unit      `json:"unit"`      // the unit every Units field is counted in
 	Simulated bool      `json:"simulated"` // true when the plugin runs on its simulated NVML backend
 	GPUs      []GPUInfo `json:"gpus"`      // sorted by Index
+	// Links are the connections between the GPUs, one per pair (A < B),
+	// sorted by A then B; omitted by plugins that predate topology.
+	Links []GPULink `json:"links,omitempty"`
 }
 
 // GPUInfo describes one physical GPU.
@@ -34,6 +37,11 @@ type GPUInfo struct {
 	// configured for (the MPS control daemon does not answer, the HAMi-core
 	// library is missing); empty when it offers what was asked.
 	IsolationReason string `json:"isolationReason,omitempty"`
+	// NUMANode is the GPU's NUMA node, -1 when NVML does not say; omitted
+	// by plugins that predate topology.
+	NUMANode *int `json:"numa,omitempty"`
+	// PCIBusID is the GPU's PCI bus ID, e.g. "00000000:1B:00.0".
+	PCIBusID string `json:"pciBusId,omitempty"`
 }
 
 // TotalUnits sums the units of all GPUs, healthy or not, as the node's
