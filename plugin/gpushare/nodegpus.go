@@ -37,8 +37,8 @@ type GPUInfo struct {
 	// configured for (the MPS control daemon does not answer, the HAMi-core
 	// library is missing); empty when it offers what was asked.
 	IsolationReason string `json:"isolationReason,omitempty"`
-	// NUMANode is the GPU's NUMA node, -1 when NVML does not say; omitted
-	// by plugins that predate topology.
+	// NUMANode is the GPU's NUMA node as the kernel reports it (sysfs), -1
+	// when the kernel does not know; omitted by plugins that predate topology.
 	NUMANode *int `json:"numa,omitempty"`
 	// PCIBusID is the GPU's PCI bus ID, e.g. "00000000:1B:00.0".
 	PCIBusID string `json:"pciBusId,omitempty"`
@@ -66,7 +66,9 @@ func (n NodeGPUs) GPU(index int) (GPUInfo, bool) {
 
 // Validate checks what DecodeNodeGPUs checks: a valid unit, at most
 // MaxGPUsPerNode GPUs, unique indices in [0, MaxGPUsPerNode), units in
-// [1, MaxUnits].
+// [1, MaxUnits], and links each naming two of the GPUs (A < B), no pair
+// twice, with no negative score or NVLink count. A pair without a link is
+// allowed: its connection is unknown.
 func (n NodeGPUs) Validate() error {
 	if !n.Unit.Valid() {
 		return &NodeGPUsError{Field: "unit", Reason: (&UnitError{Value: n.Unit.String()}).Error()}
@@ -88,6 +90,21 @@ func (n NodeGPUs) Validate() error {
 			return &NodeGPUsError{Field: field + ".units", Reason: uintString(g.Units) + " is outside [1, " + uintString(MaxUnits) + "]"}
 		}
 	}
+	pairs := map[[2]int]bool{}
+	for i, l := range n.Links {
+		field := "links[" + strconv.Itoa(i) + "]"
+		switch {
+		case !seen[l.A] || !seen[l.B]:
+			return &NodeGPUsError{Field: field, Reason: "names a GPU the node does not list (" + strconv.Itoa(l.A) + "-" + strconv.Itoa(l.B) + ")"}
+		case l.A >= l.B:
+			return &NodeGPUsError{Field: field, Reason: "a must be below b, not " + strconv.Itoa(l.A) + "-" + strconv.Itoa(l.B)}
+		case pairs[[2]int{l.A, l.B}]:
+			return &NodeGPUsError{Field: field, Reason: "pair " + strconv.Itoa(l.A) + "-" + strconv.Itoa(l.B) + " appears twice"}
+		case l.Score < 0 || l.NVLinks < 0:
+			return &NodeGPUsError{Field: field, Reason: "negative score or NVLink count"}
+		}
+		pairs[[2]int{l.A, l.B}] = true
+	}
 	return nil
 }
 
@@ -97,7 +114,7 @@ func EncodeNodeGPUs(n NodeGPUs) (string, error) {
 	if err := n.Validate(); err != nil {
 		return "", err
 	}
-	n.GPUs = sortedGPUs(n.GPUs)
+	n.GPUs, n.Links = sortedGPUs(n.GPUs), sortedLinks(n.Links)
 	b, err := json.Marshal(n)
 	if err != nil {
 		// Unreachable for a validated value; kept typed all the same.
@@ -107,7 +124,7 @@ func EncodeNodeGPUs(n NodeGPUs) (string, error) {
 }
 
 // DecodeNodeGPUs reads and validates a node GPU description; GPUs come back
-// sorted by index and never nil. Unknown fields are ignored so an older reader
+// sorted by index and never nil, links sorted by A then B and nil when none. Unknown fields are ignored so an older reader
 // accepts a newer plugin's additions. Failures are a *NodeGPUsError
 // (ErrInvalidNodeGPUs).
 func DecodeNodeGPUs(s string) (NodeGPUs, error) {
@@ -116,6 +133,7 @@ func DecodeNodeGPUs(s string) (NodeGPUs, error) {
 		Unit      *string   `json:"unit"`
 		Simulated bool      `json:"simulated"`
 		GPUs      []GPUInfo `json:"gpus"`
+		Links     []GPULink `json:"links"`
 	}
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
 		return NodeGPUs{}, &NodeGPUsError{Reason: "not valid JSON: " + err.Error()}
@@ -127,12 +145,28 @@ func DecodeNodeGPUs(s string) (NodeGPUs, error) {
 	if err != nil {
 		return NodeGPUs{}, &NodeGPUsError{Field: "unit", Reason: err.Error()}
 	}
-	n := NodeGPUs{Unit: unit, Simulated: raw.Simulated, GPUs: raw.GPUs}
+	n := NodeGPUs{Unit: unit, Simulated: raw.Simulated, GPUs: raw.GPUs, Links: raw.Links}
 	if err := n.Validate(); err != nil {
 		return NodeGPUs{}, err
 	}
-	n.GPUs = sortedGPUs(n.GPUs)
+	n.GPUs, n.Links = sortedGPUs(n.GPUs), sortedLinks(n.Links)
 	return n, nil
+}
+
+// sortedLinks returns a copy sorted by A then B, nil when there are none
+// (as an omitted "links" decodes), leaving the caller's slice alone.
+func sortedLinks(links []GPULink) []GPULink {
+	if len(links) == 0 {
+		return nil
+	}
+	out := slices.Clone(links)
+	slices.SortFunc(out, func(x, y GPULink) int {
+		if x.A != y.A {
+			return x.A - y.A
+		}
+		return x.B - y.B
+	})
+	return out
 }
 
 // sortedGPUs returns a sorted, non-nil copy, leaving the caller's slice alone.

@@ -61,6 +61,12 @@ func TestNodeGPUsRejects(t *testing.T) {
 		{"duplicate index", "gpus[1].index", gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{h100(0, 1), h100(0, 2)}}},
 		{"zero units", "gpus[0].units", gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{h100(0, 0)}}},
 		{"too many units", "gpus[0].units", gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{h100(0, gpushare.MaxUnits+1)}}},
+		{"link to an unknown GPU", "links[0]", twoGPUs(gpushare.GPULink{A: 0, B: 2, Score: 10})},
+		{"link with a = b", "links[0]", twoGPUs(gpushare.GPULink{A: 1, B: 1, Score: 10})},
+		{"link with a > b", "links[0]", twoGPUs(gpushare.GPULink{A: 1, B: 0, Score: 10})},
+		{"pair twice", "links[1]", twoGPUs(gpushare.GPULink{A: 0, B: 1, Score: 10}, gpushare.GPULink{A: 0, B: 1, Score: 20})},
+		{"negative score", "links[0]", twoGPUs(gpushare.GPULink{A: 0, B: 1, Score: -1})},
+		{"negative NVLinks", "links[0]", twoGPUs(gpushare.GPULink{A: 0, B: 1, Score: 10, NVLinks: -2})},
 	}
 	for _, tt := range tests {
 		_, err := gpushare.EncodeNodeGPUs(tt.n)
@@ -68,6 +74,41 @@ func TestNodeGPUsRejects(t *testing.T) {
 		if !errors.Is(err, gpushare.ErrInvalidNodeGPUs) || !errors.As(err, &ne) || ne.Field != tt.field {
 			t.Errorf("%s: EncodeNodeGPUs error = %v; want *NodeGPUsError on %s", tt.name, err, tt.field)
 		}
+	}
+}
+
+// twoGPUs is a node of GPUs 0 and 1 with links.
+func twoGPUs(links ...gpushare.GPULink) gpushare.NodeGPUs {
+	return gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{h100(0, 1), h100(1, 1)}, Links: links}
+}
+
+func TestNodeGPUsTopology(t *testing.T) {
+	numa0, numa1 := 0, -1
+	n := gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{h100(2, 79), h100(0, 79), h100(1, 79)},
+		Links: []gpushare.GPULink{{A: 1, B: 2, Score: 20}, {A: 0, B: 2, Score: 1820, NVLinks: 18}, {A: 0, B: 1, Score: 50}}}
+	n.GPUs[0].NUMANode, n.GPUs[0].PCIBusID = &numa0, "00000000:1B:00.0"
+	n.GPUs[1].NUMANode = &numa1
+	enc, err := gpushare.EncodeNodeGPUs(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"numa":0,"pciBusId":"00000000:1B:00.0"`, `"numa":-1}`,
+		`"links":[{"a":0,"b":1,"score":50},{"a":0,"b":2,"score":1820,"nvlinks":18},{"a":1,"b":2,"score":20}]`} {
+		if !strings.Contains(enc, want) {
+			t.Errorf("encoded %s\nlacks %s", enc, want)
+		}
+	}
+	got, err := gpushare.DecodeNodeGPUs(enc)
+	if err != nil || len(got.Links) != 3 || got.Links[1].NVLinks != 18 || *got.GPUs[2].NUMANode != 0 || got.GPUs[2].PCIBusID != "00000000:1B:00.0" ||
+		*got.GPUs[0].NUMANode != -1 || got.GPUs[1].NUMANode != nil {
+		t.Errorf("DecodeNodeGPUs = %+v, %v", got, err)
+	}
+	// No links: the key is omitted, and an empty list decodes as none.
+	if enc, _ := gpushare.EncodeNodeGPUs(twoGPUs()); strings.Contains(enc, "links") || strings.Contains(enc, "numa") {
+		t.Errorf("without topology: %s", enc)
+	}
+	if got, err := gpushare.DecodeNodeGPUs(`{"unit":"GiB","gpus":[{"index":0,"units":1}],"links":[]}`); err != nil || got.Links != nil {
+		t.Errorf("empty links = %+v, %v", got.Links, err)
 	}
 }
 
@@ -95,6 +136,10 @@ func TestDecodeNodeGPUsRejects(t *testing.T) {
 		`{"unit":"GiB","gpus":[{"index":0}]}`, `{"unit":"GiB","gpus":[{"index":0,"units":-1}]}`, `{"unit":"GiB","gpus":[{"index":0,"units":1.5}]}`,
 		`{"unit":"GiB","gpus":[{"index":0,"units":1048577}]}`, `{"unit":"GiB","gpus":[{"index":"0","units":1}]}`,
 		`{"unit":"GiB","gpus":[` + gpus65[:len(gpus65)-1] + `]}`,
+		`{"unit":"GiB","gpus":[{"index":0,"units":1}],"links":[{"a":0,"b":1,"score":10}]}`,
+		`{"unit":"GiB","gpus":[{"index":0,"units":1},{"index":1,"units":1}],"links":[{"a":1,"b":0,"score":10}]}`,
+		`{"unit":"GiB","gpus":[{"index":0,"units":1},{"index":1,"units":1}],"links":{}}`,
+		`{"unit":"GiB","gpus":[{"index":0,"units":1},{"index":1,"units":1}],"links":[{"a":0,"b":1,"score":"x"}]}`,
 	} {
 		_, err := gpushare.DecodeNodeGPUs(in)
 		var ne *gpushare.NodeGPUsError
@@ -108,6 +153,11 @@ func FuzzDecodeNodeGPUs(f *testing.F) {
 	for _, s := range []string{
 		`{"unit":"GiB","simulated":false,"gpus":[{"index":0,"uuid":"GPU-a","model":"NVIDIA H100 80GB HBM3","units":79,"healthy":true,"reason":""}]}`,
 		`{"unit":"256MiB","simulated":true,"gpus":[{"index":1,"units":3},{"index":0,"units":2,"healthy":false,"reason":"XID 48"}]}`,
+		`{"unit":"GiB","gpus":[{"index":1,"units":2,"numa":1,"pciBusId":"00000000:9A:00.0"},{"index":0,"units":2,"numa":-1}],` +
+			`"links":[{"a":0,"b":1,"score":1820,"nvlinks":18}]}`,
+		`{"unit":"GiB","gpus":[{"index":0,"units":1},{"index":1,"units":1},{"index":2,"units":1}],"links":[{"a":1,"b":2,"score":20},{"a":0,"b":2,"score":10}]}`,
+		`{"unit":"GiB","gpus":[{"index":0,"units":1},{"index":1,"units":1}],"links":[]}`,
+		`{"unit":"GiB","gpus":[{"index":0,"units":1},{"index":1,"units":1}],"links":[{"a":0,"b":1},{"a":0,"b":1}]}`,
 		`{"unit":"MiB"}`, `{"unit":"GiB","gpus":null}`, `{"unit":"GiB","gpus":[{"index":0,"units":1},{"index":0,"units":1}]}`, `null`,
 	} {
 		f.Add(s)

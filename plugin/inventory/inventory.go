@@ -28,6 +28,10 @@ type GPU struct {
 	UUID      string // stable identity, the key health events use
 	Model     string // product name, for the node description
 	MemoryMiB uint64 // total memory in MiB
+	// NUMANode is the GPU's NUMA node (-1 when unknown), nil when the
+	// topology could not be read; PCIBusID is NVML's bus ID, "" likewise.
+	NUMANode *int
+	PCIBusID string
 }
 
 // Recovery says what brings an unhealthy GPU back. The values are ordered:
@@ -65,6 +69,9 @@ type State struct {
 type Inventory struct {
 	unit gpushare.Unit
 	gpus []State // sorted by Index
+	// links are the pairs' connections as published (A < B, sorted); nil
+	// when the topology could not be read. Never modified once set.
+	links []gpushare.GPULink
 }
 
 // New builds an all-healthy inventory of gpus in unit; no GPUs is an empty
@@ -218,13 +225,45 @@ func (inv *Inventory) Devices() []*pluginapi.Device {
 func (inv *Inventory) NodeGPUs(simulated bool) gpushare.NodeGPUs {
 	n := gpushare.NodeGPUs{Unit: inv.unit, Simulated: simulated, GPUs: make([]gpushare.GPUInfo, 0, len(inv.gpus))}
 	for _, g := range inv.gpus {
-		info := gpushare.GPUInfo{Index: g.Index, UUID: g.UUID, Model: g.Model, Units: g.Units, Healthy: g.Healthy, Reason: g.Reason}
+		info := gpushare.GPUInfo{Index: g.Index, UUID: g.UUID, Model: g.Model, Units: g.Units, Healthy: g.Healthy, Reason: g.Reason,
+			PCIBusID: g.PCIBusID}
+		if g.NUMANode != nil {
+			numa := *g.NUMANode
+			info.NUMANode = &numa
+		}
 		if !g.Healthy && g.Recovery == Never {
 			info.Permanent, info.Reason = true, g.Reason+permanentNote
 		}
 		n.GPUs = append(n.GPUs, info)
 	}
+	n.Links = slices.Clone(inv.links)
 	return n
+}
+
+// WithLinks returns inv with the links between its GPUs, as
+// gpushare.NodeGPUs.Links publishes them: one per pair of its GPUs, A < B,
+// sorted by A then B. It refuses any other set, so that a wrong reading can
+// never make the published description invalid.
+func (inv *Inventory) WithLinks(links []gpushare.GPULink) (*Inventory, error) {
+	k := 0
+	for i, a := range inv.gpus {
+		for _, b := range inv.gpus[i+1:] {
+			if k >= len(links) || links[k].A != a.Index || links[k].B != b.Index {
+				return inv, fmt.Errorf("%w: links do not name every pair of GPUs once, in order (want %d-%d at %d)",
+					ErrInvalidInventory, a.Index, b.Index, k)
+			}
+			if links[k].Score < 0 || links[k].NVLinks < 0 {
+				return inv, fmt.Errorf("%w: link %d-%d has a negative score or NVLink count", ErrInvalidInventory, a.Index, b.Index)
+			}
+			k++
+		}
+	}
+	if k != len(links) {
+		return inv, fmt.Errorf("%w: %d links for %d pairs of GPUs", ErrInvalidInventory, len(links), k)
+	}
+	out := inv.clone()
+	out.links = slices.Clone(links)
+	return out, nil
 }
 
 // SetUnhealthy returns inv with GPU index marked unhealthy for reason as of
@@ -303,5 +342,5 @@ func (inv *Inventory) NextRecovery(quiet time.Duration) (at time.Time, ok bool) 
 
 // clone copies inv so that health changes leave the original untouched.
 func (inv *Inventory) clone() *Inventory {
-	return &Inventory{unit: inv.unit, gpus: slices.Clone(inv.gpus)}
+	return &Inventory{unit: inv.unit, gpus: slices.Clone(inv.gpus), links: inv.links}
 }

@@ -152,10 +152,15 @@ func (m *Manager) Run(ctx context.Context) error {
 	for i, g := range gpus {
 		in[i] = inventory.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB}
 	}
+	reading, topoErr := lib.Topology()
+	if topoErr == nil {
+		addPlacement(in, reading)
+	}
 	inv, err := inventory.New(in, m.cfg.Unit)
 	if err != nil {
 		return err
 	}
+	inv = m.withTopology(inv, reading, topoErr)
 	if err := inv.CheckMessageSize(inventory.KubeletMaxMessageSize); err != nil {
 		return err
 	}

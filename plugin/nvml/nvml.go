@@ -10,6 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/zap"
+
+	"github.com/gpushare/gpushare/plugin/topology"
 )
 
 // BackendNVML selects the real NVIDIA library (libnvidia-ml.so.1).
@@ -71,6 +73,10 @@ type Library interface {
 	// NVML needs root for it (ErrNoPermission otherwise); the mode lasts
 	// until changed again or the machine reboots (it then resets to DEFAULT).
 	SetComputeMode(uuid string, mode ComputeMode) error
+	// Topology reads how the GPUs Devices lists are connected: each one's
+	// PCI bus ID, NUMA node and NVLink links to NVSwitches, and every pair's
+	// PCIe common ancestor and NVLink link count (plugin/topology scores it).
+	Topology() (topology.Reading, error)
 	// Shutdown waits for in-flight calls and watchers, then releases NVML; repeat calls are no-ops.
 	Shutdown() error
 }
@@ -151,6 +157,9 @@ type library struct {
 	calls sync.WaitGroup
 	// skipped is what the latest successful Devices call left out; guarded by mu.
 	skipped []SkippedGPU
+	// numa reads the NUMA node of the GPU with the given sysfs bus ID (-1
+	// when unknown); sysfs for the real library, the profile when simulated.
+	numa func(busID string) int
 }
 
 // newLibrary wraps an initialised nvml.Interface.
@@ -161,6 +170,7 @@ func newLibrary(logger *zap.Logger, name string, iface nvml.Interface, simulated
 		simulated: simulated,
 		iface:     iface,
 		stop:      make(chan struct{}),
+		numa:      readSysfsNUMA,
 	}
 	driver, ret := iface.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {

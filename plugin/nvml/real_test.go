@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/gpushare/gpushare/plugin/topology"
 )
 
 // TestRealNVML checks the real library on a GPU machine and skips itself
@@ -66,6 +68,23 @@ func TestRealNVML(t *testing.T) {
 			t.Errorf("GPU %d: ComputeMode: %v", i, err)
 		} else {
 			t.Logf("GPU index=%d compute mode %v", g.Index, mode)
+		}
+	}
+
+	// The topology: one entry per GPU, one pair per two GPUs; scored links
+	// logged for comparison with nvidia-smi topo -m.
+	r, err := lib.Topology()
+	if err != nil {
+		t.Errorf("Topology: %v", err)
+	} else {
+		if len(r.GPUs) != len(gpus) || len(r.Pairs) != len(gpus)*(len(gpus)-1)/2 {
+			t.Errorf("Topology: %d GPUs, %d pairs for %d GPUs", len(r.GPUs), len(r.Pairs), len(gpus))
+		}
+		for _, g := range r.GPUs {
+			t.Logf("GPU index=%d bus=%s numa=%d nvswitch-links=%d", g.Index, g.PCIBusID, g.NUMANode, g.SwitchLinks)
+		}
+		for _, l := range topology.Links(r) {
+			t.Logf("GPUs %d-%d: nvlinks=%d score=%d", l.A, l.B, l.NVLinks, l.Score)
 		}
 	}
 

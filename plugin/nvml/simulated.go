@@ -35,6 +35,10 @@ type XidInjector interface {
 type machine struct {
 	name  string
 	build func() (*server.Server, error)
+	// topology is the default topology profile; nvlinks the NVLink links
+	// of each GPU (to NVSwitches in the nvswitch profile).
+	topology string
+	nvlinks  int
 }
 
 // simulatedMachines lists the simulated nodes, built afresh on each call so
@@ -44,11 +48,11 @@ func simulatedMachines() []machine {
 		return func() (*server.Server, error) { return f(), nil }
 	}
 	return []machine{
-		{name: "dgxa100", build: plain(dgxa100.New)}, // 8× A100-SXM4 40GB
-		{name: "dgxh100", build: plain(dgxh100.New)}, // 8× H100 80GB
-		{name: "dgxh200", build: plain(dgxh200.New)}, // 8× H200 141GB
-		{name: "dgxb200", build: plain(dgxb200.New)}, // 8× B200 180GB
-		{name: "mixed", build: newMixedMachine},
+		{name: "dgxa100", build: plain(dgxa100.New), topology: TopologyNVSwitch, nvlinks: 12}, // 8× A100-SXM4 40GB
+		{name: "dgxh100", build: plain(dgxh100.New), topology: TopologyNVSwitch, nvlinks: 18}, // 8× H100 80GB
+		{name: "dgxh200", build: plain(dgxh200.New), topology: TopologyNVSwitch, nvlinks: 18}, // 8× H200 141GB
+		{name: "dgxb200", build: plain(dgxb200.New), topology: TopologyNVSwitch, nvlinks: 18}, // 8× B200 180GB
+		{name: "mixed", build: newMixedMachine, topology: TopologyMixed, nvlinks: 12},
 	}
 }
 
@@ -82,7 +86,8 @@ var (
 // NewSimulator builds the simulated backend named by backend: one of the
 // "simulated:*" strings Backends lists, optionally followed by
 // ":mig=<index>[,<index>...]" to put those GPUs in MIG mode (for example
-// "simulated:dgxh100:mig=0,3").
+// "simulated:dgxh100:mig=0,3") and by ":topology=<profile>" to connect the
+// GPUs otherwise than the machine does by default (simTopologies).
 func NewSimulator(logger *zap.Logger, backend string) (*Simulator, error) {
 	if logger == nil {
 		logger = zap.NewNop()
@@ -104,7 +109,11 @@ func NewSimulator(logger *zap.Logger, backend string) (*Simulator, error) {
 				return nil, fmt.Errorf("%w %q: mig names GPU %d, the machine has %d", ErrUnknownBackend, backend, i, len(srv.Devices))
 			}
 		}
-		return newSimulatorFromServer(logger, backend, srv, spec.mig)
+		profile := spec.topology
+		if profile == "" {
+			profile = m.topology
+		}
+		return newSimulatorFromServer(logger, backend, srv, spec.mig, newSimTopology(profile, len(srv.Devices), m.nvlinks))
 	}
 	return nil, unknownBackend(backend)
 }
@@ -113,11 +122,14 @@ func NewSimulator(logger *zap.Logger, backend string) (*Simulator, error) {
 type simulatedSpec struct {
 	machine string
 	mig     []int // GPU indices in MIG mode, ascending
+	// topology is the profile (simTopologies); "" for the machine's default.
+	topology string
 }
 
-// parseSimulated reads "simulated:<machine>[:mig=<i>[,<j>...]]". It checks
-// the syntax only; the machine and the indices are checked against the
-// machine by NewSimulator.
+// parseSimulated reads "simulated:<machine>[:mig=<i>[,<j>...]][:topology=<profile>]",
+// the options in either order, each at most once. It checks the syntax
+// only; the machine and the indices are checked against the machine by
+// NewSimulator.
 func parseSimulated(backend string) (simulatedSpec, error) {
 	rest, ok := strings.CutPrefix(backend, simulatedPrefix)
 	if !ok {
@@ -128,18 +140,31 @@ func parseSimulated(backend string) (simulatedSpec, error) {
 	if !hasOpts {
 		return spec, nil
 	}
-	list, ok := strings.CutPrefix(opts, "mig=")
-	if !ok {
-		return simulatedSpec{}, fmt.Errorf("%w %q: after the machine only \":mig=<index>[,<index>...]\" is allowed", ErrUnknownBackend, backend)
-	}
-	seen := map[int]bool{}
-	for _, item := range strings.Split(list, ",") {
-		i, err := strconv.Atoi(item)
-		if err != nil || i < 0 || strconv.Itoa(i) != item || seen[i] {
-			return simulatedSpec{}, fmt.Errorf("%w %q: mig wants distinct GPU indices, not %q", ErrUnknownBackend, backend, item)
+	var sawMIG bool
+	for _, opt := range strings.Split(opts, ":") {
+		if profile, ok := strings.CutPrefix(opt, "topology="); ok && spec.topology == "" {
+			if !slices.Contains(simTopologies(), profile) {
+				return simulatedSpec{}, fmt.Errorf("%w %q: topology wants one of %s, not %q", ErrUnknownBackend, backend,
+					strings.Join(simTopologies(), ", "), profile)
+			}
+			spec.topology = profile
+			continue
 		}
-		seen[i] = true
-		spec.mig = append(spec.mig, i)
+		list, ok := strings.CutPrefix(opt, "mig=")
+		if !ok || sawMIG {
+			return simulatedSpec{}, fmt.Errorf("%w %q: after the machine only \":mig=<index>[,<index>...]\" and "+
+				"\":topology=<profile>\" are allowed, each once", ErrUnknownBackend, backend)
+		}
+		sawMIG = true
+		seen := map[int]bool{}
+		for _, item := range strings.Split(list, ",") {
+			i, err := strconv.Atoi(item)
+			if err != nil || i < 0 || strconv.Itoa(i) != item || seen[i] {
+				return simulatedSpec{}, fmt.Errorf("%w %q: mig wants distinct GPU indices, not %q", ErrUnknownBackend, backend, item)
+			}
+			seen[i] = true
+			spec.mig = append(spec.mig, i)
+		}
 	}
 	slices.Sort(spec.mig)
 	return spec, nil
@@ -148,7 +173,7 @@ func parseSimulated(backend string) (simulatedSpec, error) {
 // newSimulatorFromServer completes a mock machine with what the go-nvml mocks
 // leave out (events, PCI bus IDs) and initialises it as the real library is.
 // GPUs at the indices in mig are put in MIG mode.
-func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Server, mig []int) (*Simulator, error) {
+func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Server, mig []int, topo simTopology) (*Simulator, error) {
 	s := &Simulator{server: srv, queue: make(chan nvml.EventData, simulatedEventQueue)}
 	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return newSimEventSet(s.queue), nvml.SUCCESS
@@ -159,6 +184,7 @@ func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Serv
 			return nil, fmt.Errorf("build simulated machine: unexpected device type %T", d)
 		}
 		completeSimDevice(dev)
+		topo.apply(i, dev, srv.Devices)
 		if slices.Contains(mig, i) {
 			dev.MigMode = nvml.DEVICE_MIG_ENABLE
 		}
@@ -167,6 +193,7 @@ func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Serv
 	if err != nil {
 		return nil, fmt.Errorf("simulated machine %s: %w", backend, err)
 	}
+	l.numa = topo.numaOf(srv.Devices)
 	s.library = l
 	return s, nil
 }
