@@ -179,37 +179,75 @@ func tooBig(n *Node, r Request, units, largest uint64) string {
 // split places each regular container of r on its own choice of GPU, init
 // and sidecar containers on a home GPU, greedily from the largest container.
 func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, largest, usableTotal uint64) (Placement, *Unfit) {
-	var initPeak, sidecars, biggest uint64
-	var inits []int // indices into r.Containers of init containers, all on the home GPU
-	regular := make([]int, 0, len(r.Containers))
-	for i, c := range r.Containers {
-		if c.Init {
-			inits = append(inits, i)
-			continue
-		}
-		regular = append(regular, i)
-		biggest = max(biggest, c.Units)
-	}
-	if len(inits) > 0 {
-		sub := make([]gpushare.ContainerRequest, 0, len(inits))
-		for _, i := range inits {
-			sub = append(sub, r.Containers[i])
-			if r.Containers[i].Sidecar {
-				sidecars += r.Containers[i].Units
-			}
-		}
-		initPeak = gpushare.PodUnits(sub)
-	}
-	if biggest > largest || initPeak > largest {
-		return Placement{}, &Unfit{Reason: tooBig(n, r, max(biggest, initPeak), largest), Unresolvable: true}
+	parts := splitParts(r)
+	if parts.biggest > largest || parts.initPeak > largest {
+		return Placement{}, &Unfit{Reason: tooBig(n, r, max(parts.biggest, parts.initPeak), largest), Unresolvable: true}
 	}
 	if r.Units > usableTotal {
 		return Placement{}, &Unfit{Reason: "pod requests " + strconv.FormatUint(r.Units, 10) +
 			" units of GPU memory, more than all healthy GPUs of node " + n.Name + r.Isolation.qualifier() + " have together", Unresolvable: true}
 	}
-	iso := r.Isolation
-	// Largest container first, spec order on ties, so the result is deterministic.
-	slices.SortStableFunc(regular, func(a, b int) int {
+	var heldBy string
+	for _, h := range homeOrder(n, r, policy, parts) {
+		home := -1
+		if h >= 0 {
+			home = n.GPUs[h].Index
+			if why := blockedInit(cons, r.Containers, parts.inits, home); why != "" {
+				heldBy = why
+				continue
+			}
+		}
+		containers, why := spreadRegular(n, r, policy, cons, parts, h)
+		if why != "" {
+			heldBy = why
+		}
+		if containers == nil {
+			continue
+		}
+		p := Placement{Home: home, Split: true, Containers: containers}
+		// The home must also hold the init peak next to the regular containers placed there.
+		if h >= 0 && Charges(r, p)[home] > n.GPUs[h].Free() {
+			continue
+		}
+		p.DevUnits = splitDevUnits(n, h, containers)
+		return p, nil
+	}
+	if heldBy != "" {
+		return Placement{}, &Unfit{Reason: heldBy}
+	}
+	return Placement{}, &Unfit{Reason: ReasonInsufficient}
+}
+
+// splitShape is a split pod's containers sorted for placement: its init
+// containers (all on the home GPU) with their peak and sidecar total, and its
+// regular containers largest first, spec order on ties (deterministic).
+type splitShape struct {
+	inits, regular              []int // indices into r.Containers
+	initPeak, sidecars, biggest uint64
+}
+
+func splitParts(r Request) splitShape {
+	var s splitShape
+	s.regular = make([]int, 0, len(r.Containers))
+	for i, c := range r.Containers {
+		if c.Init {
+			s.inits = append(s.inits, i)
+			continue
+		}
+		s.regular = append(s.regular, i)
+		s.biggest = max(s.biggest, c.Units)
+	}
+	if len(s.inits) > 0 {
+		sub := make([]gpushare.ContainerRequest, 0, len(s.inits))
+		for _, i := range s.inits {
+			sub = append(sub, r.Containers[i])
+			if r.Containers[i].Sidecar {
+				s.sidecars += r.Containers[i].Units
+			}
+		}
+		s.initPeak = gpushare.PodUnits(sub)
+	}
+	slices.SortStableFunc(s.regular, func(a, b int) int {
 		ua, ub := r.Containers[a].Units, r.Containers[b].Units
 		switch {
 		case ua > ub:
@@ -219,98 +257,94 @@ func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, larges
 		}
 		return r.Containers[a].Index - r.Containers[b].Index
 	})
-	homes := []int{-1}
-	if len(inits) > 0 {
-		homes = homes[:0]
-		for i, g := range n.GPUs {
-			if iso.usable(g, n, i) && g.Free() >= max(initPeak, sidecars) {
-				homes = append(homes, i)
-			}
+	return s
+}
+
+// homeOrder lists the positions of the GPUs that may hold the init
+// containers, in policy order so they land where the policy wants; [-1]
+// (no home) for a pod without init containers.
+func homeOrder(n *Node, r Request, policy Policy, s splitShape) []int {
+	if len(s.inits) == 0 {
+		return []int{-1}
+	}
+	var homes []int
+	for i, g := range n.GPUs {
+		if r.Isolation.usable(g, n, i) && g.Free() >= max(s.initPeak, s.sidecars) {
+			homes = append(homes, i)
 		}
-		// Try homes in policy order so the init containers land where the policy wants.
-		slices.SortStableFunc(homes, func(a, b int) int {
-			fa, fb := n.GPUs[a].Free(), n.GPUs[b].Free()
-			switch {
-			case policy.better(fa, fb):
-				return -1
-			case policy.better(fb, fa):
-				return 1
-			}
-			return 0
-		})
+	}
+	slices.SortStableFunc(homes, func(a, b int) int {
+		fa, fb := n.GPUs[a].Free(), n.GPUs[b].Free()
+		switch {
+		case policy.better(fa, fb):
+			return -1
+		case policy.better(fb, fa):
+			return 1
+		}
+		return 0
+	})
+	return homes
+}
+
+// spreadRegular places the regular containers one GPU each by policy, with
+// the home at position h (-1: none) already holding the sidecars. It returns
+// container index → GPU index, nil when some container fits nowhere, and the
+// hold-back reason of the last GPU the rule kept from a container.
+func spreadRegular(n *Node, r Request, policy Policy, cons map[uint64]constraint, s splitShape, h int) (map[int]int, string) {
+	iso := r.Isolation
+	remaining := make([]uint64, len(n.GPUs))
+	for i, g := range n.GPUs {
+		if iso.usable(g, n, i) {
+			remaining[i] = g.Free()
+		}
+	}
+	if h >= 0 {
+		remaining[h] -= s.sidecars
 	}
 	var heldBy string
-	for _, h := range homes {
-		home := -1
-		if h >= 0 {
-			home = n.GPUs[h].Index
-			if why := blockedInit(cons, r.Containers, inits, home); why != "" {
-				heldBy = why
+	containers := make(map[int]int, len(s.regular))
+	for _, ci := range s.regular {
+		c := r.Containers[ci]
+		pick := -1
+		for i, g := range n.GPUs {
+			if remaining[i] < c.Units || !iso.usable(g, n, i) {
 				continue
 			}
-		}
-		remaining := make([]uint64, len(n.GPUs))
-		for i, g := range n.GPUs {
-			if iso.usable(g, n, i) {
-				remaining[i] = g.Free()
+			if k, has := cons[c.Units]; has && !k.allows(g.Index) {
+				heldBy = blockedOn(cons, r.Containers[ci:ci+1], g.Index)
+				continue
+			}
+			if pick < 0 || policy.better(remaining[i], remaining[pick]) {
+				pick = i
 			}
 		}
-		if h >= 0 {
-			remaining[h] -= sidecars
+		if pick < 0 {
+			return nil, heldBy
 		}
-		containers := make(map[int]int, len(regular))
-		ok := true
-		for _, ci := range regular {
-			c := r.Containers[ci]
-			pick := -1
-			for i, g := range n.GPUs {
-				if remaining[i] < c.Units || !iso.usable(g, n, i) {
-					continue
-				}
-				if k, has := cons[c.Units]; has && !k.allows(g.Index) {
-					heldBy = blockedOn(cons, r.Containers[ci:ci+1], g.Index)
-					continue
-				}
-				if pick < 0 || policy.better(remaining[i], remaining[pick]) {
-					pick = i
-				}
-			}
-			if pick < 0 {
-				ok = false
-				break
-			}
-			remaining[pick] -= c.Units
-			containers[c.Index] = n.GPUs[pick].Index
-		}
-		if !ok {
-			continue
-		}
-		p := Placement{Home: home, Split: true, Containers: containers}
-		// The home must also hold the init peak next to the regular containers placed there.
-		if h >= 0 && Charges(r, p)[home] > n.GPUs[h].Free() {
-			continue
-		}
-		if h >= 0 {
-			p.DevUnits = n.GPUs[h].Units
-		} else {
-			low := -1
-			for _, g := range containers {
-				if low < 0 || g < low {
-					low = g
-				}
-			}
-			for _, g := range n.GPUs {
-				if g.Index == low {
-					p.DevUnits = g.Units
-				}
-			}
-		}
-		return p, nil
+		remaining[pick] -= c.Units
+		containers[c.Index] = n.GPUs[pick].Index
 	}
-	if heldBy != "" {
-		return Placement{}, &Unfit{Reason: heldBy}
+	return containers, heldBy
+}
+
+// splitDevUnits is the size a split pod's environment names: its home GPU's,
+// else the lowest-indexed GPU it uses.
+func splitDevUnits(n *Node, h int, containers map[int]int) uint64 {
+	if h >= 0 {
+		return n.GPUs[h].Units
 	}
-	return Placement{}, &Unfit{Reason: ReasonInsufficient}
+	low := -1
+	for _, g := range containers {
+		if low < 0 || g < low {
+			low = g
+		}
+	}
+	for _, g := range n.GPUs {
+		if g.Index == low {
+			return g.Units
+		}
+	}
+	return 0
 }
 
 // blockedInit checks the hold-back rule for the init containers on home.
