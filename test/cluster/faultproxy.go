@@ -172,6 +172,12 @@ func (c *Cluster) StartFaultProxy(name, user string, groups ...string) (*FaultPr
 	if err != nil {
 		return nil, err
 	}
+	return c.startNamedFaultProxy(name, upstream)
+}
+
+// startNamedFaultProxy serves a fault proxy named name that reaches the API server through the
+// kubeconfig upstream.
+func (c *Cluster) startNamedFaultProxy(name, upstream string) (*FaultProxy, error) {
 	serving, err := c.pki.issueServing(name + "-proxy")
 	if err != nil {
 		return nil, err

@@ -122,11 +122,7 @@ func (c *Cluster) StartTokenFaultProxy(name string) (*FaultProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	serving, err := c.pki.issueServing(name + "-proxy")
-	if err != nil {
-		return nil, err
-	}
-	return startFaultProxy(upstream, serving, filepath.Join(c.dir, name+".kubeconfig"))
+	return c.startNamedFaultProxy(name, upstream)
 }
 
 // Through writes a copy of kubeconfig whose server is the proxy, beside it with the suffix
