@@ -35,19 +35,23 @@ func NotGPUShareReason(node string) string { return fmt.Sprintf(notGPUShareForma
 
 // constraint is what the hold-back rule leaves open for containers of one size.
 type constraint struct {
-	gpu     int    // the only GPU allowed, or -1 for any
-	blocked string // non-empty: no GPU is allowed; names the pod waited for
+	gpus    gpushare.GPUSet // the only GPUs allowed (one, or a multi-GPU pod's set), or 0 for any
+	pod     string          // the in-flight pod that set gpus, for reasons
+	blocked string          // non-empty: no GPU is allowed; names the pod waited for
 }
 
-func (c constraint) allows(g int) bool { return c.blocked == "" && (c.gpu < 0 || c.gpu == g) }
+func (c constraint) allows(s gpushare.GPUSet) bool {
+	return c.blocked == "" && (c.gpus == 0 || c.gpus == s)
+}
 
 // constraints evaluates the hold-back rule for every container size of r:
-// an in-flight container of the same size forces the same GPU (and so the
-// same GPU size and tier), and forbids the node outright when its pod's total
+// an in-flight container of the same size forces the same GPUs, one or a
+// multi-GPU pod's ordered set (and so the same GPU sizes and tiers), and
+// forbids the node outright when its pod's total
 // differs (the plugin would hand out a different ALIYUN_COM_GPU_MEM_POD), when
 // its pod's isolation annotations differ (another required tier or compute
 // share: another answer), or when two in-flight containers of that size
-// already sit on different GPUs.
+// already sit on different GPUs or sets.
 func constraints(n *Node, r Request) map[uint64]constraint {
 	if len(n.InFlight) == 0 {
 		return nil
@@ -57,7 +61,7 @@ func constraints(n *Node, r Request) map[uint64]constraint {
 		if _, done := out[c.Units]; done {
 			continue
 		}
-		k := constraint{gpu: -1}
+		k := constraint{}
 		for _, p := range n.InFlight {
 			for _, s := range p.Slots {
 				if s.Units != c.Units || k.blocked != "" {
@@ -68,10 +72,10 @@ func constraints(n *Node, r Request) map[uint64]constraint {
 					k.blocked = fmt.Sprintf("waiting for pod %s (a %d-unit container of a %d-unit pod, not yet allocated by the device plugin)", p.Pod, s.Units, p.PodUnits)
 				case p.Isolation != r.Isolation:
 					k.blocked = fmt.Sprintf("waiting for pod %s (a %d-unit container of a pod with %s, not yet allocated by the device plugin)", p.Pod, s.Units, p.Isolation)
-				case k.gpu >= 0 && k.gpu != s.GPU:
-					k.blocked = fmt.Sprintf("waiting for pod %s (%d-unit containers in flight on GPUs %d and %d)", p.Pod, s.Units, k.gpu, s.GPU)
+				case k.gpus != 0 && k.gpus != s.GPUs:
+					k.blocked = fmt.Sprintf("waiting for pod %s (%d-unit containers in flight on %s and %s)", p.Pod, s.Units, gpusWord(k.gpus), gpusWord(s.GPUs))
 				default:
-					k.gpu = s.GPU
+					k.gpus, k.pod = s.GPUs, p.Pod
 				}
 			}
 		}
@@ -122,6 +126,9 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 		return Placement{}, &Unfit{Reason: r.Isolation.unoffered(n), Unresolvable: true}
 	}
 	cons := constraints(n, r)
+	if r.GPUs.Count > 1 {
+		return placeMulti(n, r, cons)
+	}
 	// Whole pod on one GPU.
 	best, fitting := -1, false
 	var heldBy string
@@ -130,11 +137,11 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 			continue
 		}
 		fitting = true
-		if why := blockedOn(cons, r.Containers, g.Index); why != "" {
+		if why := blockedOn(cons, r.Containers, gpushare.NewGPUSet(g.Index)); why != "" {
 			heldBy = why
 			continue
 		}
-		if best < 0 || policy.better(g.Free(), n.GPUs[best].Free()) {
+		if best < 0 || n.Links.PreferSingle(n.GPUs, policy, i, best) {
 			best = i
 		}
 	}
@@ -155,18 +162,26 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 }
 
 // blockedOn returns why the hold-back rule forbids putting all of
-// containers on GPU g; empty when allowed. It takes the containers, not the
-// Request: called per GPU, a whole Request no longer fits the registers.
-func blockedOn(cons map[uint64]constraint, containers []gpushare.ContainerRequest, g int) string {
+// containers on the GPUs s; empty when allowed. It takes the containers, not
+// the Request: called per GPU, a whole Request no longer fits the registers.
+func blockedOn(cons map[uint64]constraint, containers []gpushare.ContainerRequest, s gpushare.GPUSet) string {
 	for _, c := range containers {
-		if k, ok := cons[c.Units]; ok && !k.allows(g) {
+		if k, ok := cons[c.Units]; ok && !k.allows(s) {
 			if k.blocked != "" {
 				return k.blocked
 			}
-			return fmt.Sprintf("waiting for an in-flight %d-unit container on GPU %d of this node to be allocated by the device plugin", c.Units, k.gpu)
+			return fmt.Sprintf("waiting for an in-flight %d-unit container on %s of this node (pod %s) to be allocated by the device plugin", c.Units, gpusWord(k.gpus), k.pod)
 		}
 	}
 	return ""
+}
+
+// gpusWord names a set of GPUs for a reason: "GPU 3" or "GPUs 0,1".
+func gpusWord(s gpushare.GPUSet) string {
+	if s.Len() == 1 {
+		return "GPU " + s.String()
+	}
+	return "GPUs " + s.String()
 }
 
 // tooBig is the reason for a request no GPU of n that r may use can hold
@@ -310,8 +325,8 @@ func spreadRegular(n *Node, r Request, policy Policy, cons map[uint64]constraint
 			if remaining[i] < c.Units || !iso.usable(g, n, i) {
 				continue
 			}
-			if k, has := cons[c.Units]; has && !k.allows(g.Index) {
-				heldBy = blockedOn(cons, r.Containers[ci:ci+1], g.Index)
+			if k, has := cons[c.Units]; has && !k.allows(gpushare.NewGPUSet(g.Index)) {
+				heldBy = blockedOn(cons, r.Containers[ci:ci+1], gpushare.NewGPUSet(g.Index))
 				continue
 			}
 			if pick < 0 || policy.better(remaining[i], remaining[pick]) {
@@ -353,7 +368,7 @@ func blockedInit(cons map[uint64]constraint, containers []gpushare.ContainerRequ
 	for _, i := range inits {
 		sub = append(sub, containers[i])
 	}
-	return blockedOn(cons, sub, home)
+	return blockedOn(cons, sub, gpushare.NewGPUSet(home))
 }
 
 // Score rates n for r in [0, MaxExtenderPriority]: how full the GPUs that r

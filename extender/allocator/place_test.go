@@ -234,30 +234,30 @@ func TestHoldBack(t *testing.T) {
 	}{
 		{
 			name: "same size goes to the in-flight pod's GPU even against best fit",
-			node: node(gpus(16, 4, 16, 12), inflight("default/p", 4, Slot{4, 0})), req: req(4), wantGPU: 0,
+			node: node(gpus(16, 4, 16, 12), inflight("default/p", 4, Slot{4, gpushare.NewGPUSet(0)})), req: req(4), wantGPU: 0,
 		},
 		{
 			name: "same size held back when the in-flight pod's GPU is full",
-			node: node(gpus(16, 14, 16, 0), inflight("default/p", 4, Slot{4, 0})), req: req(4),
+			node: node(gpus(16, 14, 16, 0), inflight("default/p", 4, Slot{4, gpushare.NewGPUSet(0)})), req: req(4),
 			reason: "on GPU 0",
 		},
 		{
 			name: "same container size but different pod total is held back on every GPU",
-			node: node(gpus(16, 4, 16, 0), inflight("default/p", 6, Slot{4, 0}, Slot{2, 0})), req: req(4),
+			node: node(gpus(16, 4, 16, 0), inflight("default/p", 6, Slot{4, gpushare.NewGPUSet(0)}, Slot{2, gpushare.NewGPUSet(0)})), req: req(4),
 			reason: "waiting for pod default/p",
 		},
 		{
 			name: "other sizes are not held back",
-			node: node(gpus(16, 4, 16, 10), inflight("default/p", 4, Slot{4, 0})), req: req(3), wantGPU: 1,
+			node: node(gpus(16, 4, 16, 10), inflight("default/p", 4, Slot{4, gpushare.NewGPUSet(0)})), req: req(3), wantGPU: 1,
 		},
 		{
 			name: "in-flight init container counts too",
-			node: node(gpus(16, 4, 16, 10), inflight("default/p", 5, Slot{5, 0})), req: withInit(req(1), 5, false),
+			node: node(gpus(16, 4, 16, 10), inflight("default/p", 5, Slot{5, gpushare.NewGPUSet(0)})), req: withInit(req(1), 5, false),
 			wantGPU: 0,
 		},
 		{
 			name: "two in-flight pods of one size on different GPUs block the size",
-			node: node(gpus(16, 4, 16, 4, 16, 0), inflight("default/a", 4, Slot{4, 0}), inflight("default/b", 4, Slot{4, 1})), req: req(4),
+			node: node(gpus(16, 4, 16, 4, 16, 0), inflight("default/a", 4, Slot{4, gpushare.NewGPUSet(0)}), inflight("default/b", 4, Slot{4, gpushare.NewGPUSet(1)})), req: req(4),
 			reason: "waiting for pod default/b",
 		},
 	}
@@ -285,7 +285,7 @@ func TestHoldBack(t *testing.T) {
 func TestHoldBackSplit(t *testing.T) {
 	// In flight: an 8-unit container of a 16-unit pod on GPU 1. A new 8+8 pod
 	// must not put an 8 anywhere but GPU 1, so the split cannot complete.
-	n := node(gpus(16, 8, 16, 8, 16, 0), InFlight{Pod: "default/p", PodUnits: 16, Slots: []Slot{{8, 1}, {8, 0}}})
+	n := node(gpus(16, 8, 16, 8, 16, 0), InFlight{Pod: "default/p", PodUnits: 16, Slots: []Slot{{8, gpushare.NewGPUSet(1)}, {8, gpushare.NewGPUSet(0)}}})
 	if p, unfit := Place(n, req(8, 8, 8), BestFit); unfit == nil {
 		t.Fatalf("placed %+v despite conflicting in-flight pod", p)
 	}
@@ -650,38 +650,38 @@ func TestHoldBackIsolation(t *testing.T) {
 	}{
 		{
 			name:     "equal share: the in-flight pod's GPU, as for the GPU alone",
-			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, 0}) },
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, gpushare.NewGPUSet(0)}) },
 			req:      withIso(req(4), "", "30"), wantGPU: 0,
 		},
 		{
 			name:     "another share waits, naming the pod and its share",
-			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, 0}) },
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, gpushare.NewGPUSet(0)}) },
 			req:      withIso(req(4), "", "50"),
 			reason:   `waiting for pod default/p (a 4-unit container of a pod with isolation "any", compute-percent 30, not yet allocated by the device plugin)`,
 		},
 		{
 			name:     "a share beside an in-flight pod without one waits",
-			inflight: func(t *testing.T) InFlight { return inflight(t, "", "", Slot{4, 0}) },
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "", Slot{4, gpushare.NewGPUSet(0)}) },
 			req:      withIso(req(4), "", "30"),
 			reason:   `waiting for pod default/p (a 4-unit container of a pod with isolation "any", no compute-percent, not yet allocated by the device plugin)`,
 		},
 		{
 			name:     "another required tier waits, though the GPU offers both",
-			inflight: func(t *testing.T) InFlight { return inflight(t, "", "", Slot{4, 0}) },
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "", Slot{4, gpushare.NewGPUSet(0)}) },
 			req:      withIso(req(4), "mps", ""),
 			reason:   `waiting for pod default/p (a 4-unit container of a pod with isolation "any", no compute-percent`,
 		},
 		{
 			name: "unreadable annotations on an in-flight pod hold back its size",
 			inflight: func(t *testing.T) InFlight {
-				return InFlight{Pod: "default/p", PodUnits: 4, Isolation: PodIsolation{need: needUnreadable}, Slots: []Slot{{4, 0}}}
+				return InFlight{Pod: "default/p", PodUnits: 4, Isolation: PodIsolation{need: needUnreadable}, Slots: []Slot{{4, gpushare.NewGPUSet(0)}}}
 			},
 			req:    req(4),
 			reason: "waiting for pod default/p (a 4-unit container of a pod with unreadable isolation annotations",
 		},
 		{
 			name:     "other sizes are not held back by a share, even on its GPU",
-			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, 0}) },
+			inflight: func(t *testing.T) InFlight { return inflight(t, "", "30", Slot{4, gpushare.NewGPUSet(0)}) },
 			req:      withIso(req(3), "", "50"), wantGPU: 0,
 		},
 	}
@@ -713,7 +713,7 @@ func assertSignatures(t *testing.T, n *Node, r Request, p Placement) {
 	for _, f := range n.InFlight {
 		for _, s := range f.Slots {
 			for _, q := range Slots(r, p) {
-				if q.Units == s.Units && (q.GPU != s.GPU || f.PodUnits != r.Units || f.Isolation != r.Isolation) {
+				if q.Units == s.Units && (q.GPUs != s.GPUs || f.PodUnits != r.Units || f.Isolation != r.Isolation) {
 					t.Fatalf("signature conflict with %s: %+v %v vs %+v %v", f.Pod, s, f.Isolation, q, r.Isolation)
 				}
 			}

@@ -77,10 +77,11 @@ func (g GPU) Free() uint64 {
 }
 
 // Slot is one container of an in-flight pod as the device plugin can tell it
-// apart: its units and the GPU it was given. Init containers are included.
+// apart: its units and the GPUs it was given (one, or a multi-GPU pod's
+// set). Init containers are included.
 type Slot struct {
 	Units uint64
-	GPU   int
+	GPUs  gpushare.GPUSet
 }
 
 // InFlight is a pod bound (or being bound) to a node whose device-plugin
@@ -101,6 +102,9 @@ type Node struct {
 	GPUShare bool  // the node advertises gpu-mem and a GPU layout
 	GPUs     []GPU // sorted by Index
 	InFlight []InFlight
+	// Links are the node's GPU topology as its device plugin published it,
+	// by position in GPUs; the zero value when it published none.
+	Links LinkScores
 	// Tiers are the GPUs' effective isolation tiers as the device plugin
 	// publishes them, by position in GPUs; nil when every GPU offers none
 	// (plugins older than tiers, or run without isolation). They sit beside
@@ -129,9 +133,12 @@ type Request struct {
 	Containers []gpushare.ContainerRequest
 	Units      uint64 // gpushare.PodUnits(Containers)
 	Isolation  PodIsolation
+	// GPUs is the multi-GPU form (aliyun.com/gpu-count, gpushare.io/topology);
+	// the zero value, like Count 1, is one GPU per container.
+	GPUs gpushare.MultiGPU
 }
 
-// NewRequest reads pod's request and isolation annotations. A pod asking for
+// NewRequest reads pod's request, isolation annotations and multi-GPU form. A pod asking for
 // nothing has Units zero; unreadable annotations are an error like an
 // invalid request, since the pod cannot be placed on a guess.
 func NewRequest(pod *corev1.Pod) (Request, error) {
@@ -143,8 +150,12 @@ func NewRequest(pod *corev1.Pod) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
+	multi, err := gpushare.PodMultiGPU(pod.Namespace+"/"+pod.Name, pod.Labels, pod.Annotations, reqs)
+	if err != nil {
+		return Request{}, err
+	}
 	r := RequestOf(pod.Namespace+"/"+pod.Name, reqs)
-	r.Isolation = iso
+	r.Isolation, r.GPUs = iso, multi
 	return r, nil
 }
 
@@ -174,6 +185,10 @@ func (r Request) hasInit() bool {
 
 // Placement is where a pod's containers go on one node.
 type Placement struct {
+	// Set is a multi-GPU pod's GPUs, on every one of which each of its
+	// containers gets its units divided evenly; 0 for every other pod. Home
+	// is then Set's first GPU.
+	Set gpushare.GPUSet
 	// Home is the GPU of the whole pod when not Split, and of its init and
 	// sidecar containers when Split; -1 when Split and no init container asks for gpu-mem.
 	Home int
@@ -185,7 +200,16 @@ type Placement struct {
 	DevUnits uint64
 }
 
-// GPUOf returns the GPU container c runs on under p.
+// SetOf returns the GPUs container c runs on under p.
+func (p Placement) SetOf(c gpushare.ContainerRequest) gpushare.GPUSet {
+	if p.Set != 0 {
+		return p.Set
+	}
+	return gpushare.NewGPUSet(p.GPUOf(c))
+}
+
+// GPUOf returns the GPU container c runs on under p (the first of a
+// multi-GPU pod's).
 func (p Placement) GPUOf(c gpushare.ContainerRequest) int {
 	if p.Split && !c.Init {
 		return p.Containers[c.Index]
@@ -194,14 +218,18 @@ func (p Placement) GPUOf(c gpushare.ContainerRequest) int {
 }
 
 // Assignment is what the binder writes on the pod for p. The allocation
-// annotation is written for split pods only: a single-GPU pod keeps the seed's
-// shape exactly, and ALIYUN_COM_GPU_MEM_IDX keeps its seed meaning.
+// annotation is written for split and multi-GPU pods only: a single-GPU pod
+// keeps the seed's shape exactly, and ALIYUN_COM_GPU_MEM_IDX keeps its seed
+// meaning (for a multi-GPU pod, its first GPU).
 func (p Placement) Assignment(r Request, assumeTime int64) gpushare.PodAssignment {
 	a := gpushare.PodAssignment{
 		GPUIndex:   p.Home,
 		PodUnits:   r.Units,
 		DevUnits:   p.DevUnits,
 		AssumeTime: assumeTime,
+	}
+	if p.Set != 0 {
+		a.Allocation = gpushare.AllocationForSet(r.Containers, p.Set)
 	}
 	if p.Split {
 		a.Allocation = gpushare.Allocation{}
@@ -220,6 +248,22 @@ func (p Placement) Assignment(r Request, assumeTime int64) gpushare.PodAssignmen
 // the pod's containers, the inverse of Placement.Assignment used when the
 // cache rebuilds its view from annotations.
 func PlacementFromAssignment(a gpushare.PodAssignment, r Request) (Placement, error) {
+	set, err := a.MultiSet()
+	if err != nil {
+		return Placement{}, err
+	}
+	if set != 0 {
+		// Checks every container's entry against its request.
+		if _, err := a.ContainerSets(r.Containers); err != nil {
+			return Placement{}, err
+		}
+		for _, c := range r.Containers {
+			if _, err := a.SetFor(c); err != nil {
+				return Placement{}, err
+			}
+		}
+		return Placement{Home: set.First(), Set: set, DevUnits: a.DevUnits}, nil
+	}
 	gpus, err := a.ContainerGPUs(r.Containers)
 	if err != nil {
 		return Placement{}, err
@@ -247,6 +291,9 @@ func PlacementFromAssignment(a gpushare.PodAssignment, r Request) (Placement, er
 // Charges returns the units p charges on each GPU, by the contract's per-GPU
 // rule (gpushare.ChargesByGPU), which the inspector and the device plugin share.
 func Charges(r Request, p Placement) map[int]uint64 {
+	if p.Set != 0 {
+		return gpushare.ChargesBySet(r.Containers, p.SetOf)
+	}
 	if !p.Split {
 		return map[int]uint64{p.Home: r.Units}
 	}
@@ -257,7 +304,7 @@ func Charges(r Request, p Placement) map[int]uint64 {
 func Slots(r Request, p Placement) []Slot {
 	out := make([]Slot, 0, len(r.Containers))
 	for _, c := range r.Containers {
-		out = append(out, Slot{Units: c.Units, GPU: p.GPUOf(c)})
+		out = append(out, Slot{Units: c.Units, GPUs: p.SetOf(c)})
 	}
 	return out
 }

@@ -87,6 +87,10 @@ type nodeState struct {
 	unhealthy []int        // from the unhealthy-gpu ConfigMap
 	pods      map[types.UID]*podState
 	view      *allocator.Node
+	// links is the GPU topology read from linksOf, the node object it was
+	// built from: rebuilt only when the node changes, not with every pod.
+	links   allocator.LinkScores
+	linksOf *corev1.Node
 }
 
 // podState is one charged (or assumed) pod.
@@ -580,7 +584,12 @@ func (c *Cache) removeLocked(p *podState) {
 func (c *Cache) rebuildLocked(n *nodeState) {
 	v := &allocator.Node{Name: n.name}
 	if n.node != nil {
-		v.GPUs, v.Tiers, v.IsolationReasons, v.GPUShare = layout(n.node, c.log)
+		var links []gpushare.GPULink
+		v.GPUs, v.Tiers, v.IsolationReasons, links, v.GPUShare = layout(n.node, c.log)
+		if n.linksOf != n.node {
+			n.links, n.linksOf = allocator.NewLinkScores(v.GPUs, links), n.node
+		}
+		v.Links = n.links
 		for _, idx := range n.unhealthy {
 			if i, ok := slices.BinarySearchFunc(v.GPUs, idx, func(g allocator.GPU, t int) int { return g.Index - t }); ok {
 				v.GPUs[i].Healthy = false
@@ -606,12 +615,13 @@ func (c *Cache) rebuildLocked(n *nodeState) {
 
 // layout returns a node's GPUs, healthy per the node annotation or all
 // healthy in the total/count fallback, their isolation tiers (nil when all
-// offer none, always so in the fallback) and why a GPU fell back from its
-// tier (nil when none did), and whether the node shares GPUs.
-func layout(node *corev1.Node, log *zap.Logger) ([]allocator.GPU, []allocator.Tier, map[int]string, bool) {
+// offer none, always so in the fallback), why a GPU fell back from its tier
+// (nil when none did), the links between them (nil in the fallback), and
+// whether the node shares GPUs.
+func layout(node *corev1.Node, log *zap.Logger) ([]allocator.GPU, []allocator.Tier, map[int]string, []gpushare.GPULink, bool) {
 	total := quantity(node, gpushare.ResourceName)
 	if total == 0 {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	if raw, ok := node.Annotations[gpushare.AnnotationNodeGPUs]; ok {
 		desc, err := gpushare.DecodeNodeGPUs(raw)
@@ -621,19 +631,19 @@ func layout(node *corev1.Node, log *zap.Logger) ([]allocator.GPU, []allocator.Ti
 				gpus[i] = allocator.GPU{Index: g.Index, Units: g.Units, Healthy: g.Healthy}
 			}
 			tiers, reasons := tiersOf(desc.GPUs)
-			return gpus, tiers, reasons, true
+			return gpus, tiers, reasons, desc.Links, true
 		}
 		log.Warn("node GPU description unreadable, dividing the total by the GPU count", zap.String("node", node.Name), zap.Error(err))
 	}
 	count := quantity(node, gpushare.ResourceCount)
 	if count == 0 || count > gpushare.MaxGPUsPerNode {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	out := make([]allocator.GPU, count)
 	for i := range out {
 		out[i] = allocator.GPU{Index: i, Units: total / count, Healthy: true}
 	}
-	return out, nil, nil, true
+	return out, nil, nil, nil, true
 }
 
 // tiersOf reads the published GPUs' effective tiers, by position (nil when

@@ -237,7 +237,7 @@ func TestPodLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitUsed("n1", 0, 0, 4, 0)
-	if n, _ := f.cache.Node("n1"); len(n.InFlight) != 1 || n.InFlight[0].Slots[0] != (allocator.Slot{Units: 4, GPU: 2}) {
+	if n, _ := f.cache.Node("n1"); len(n.InFlight) != 1 || n.InFlight[0].Slots[0] != (allocator.Slot{Units: 4, GPUs: gpushare.NewGPUSet(2)}) {
 		t.Fatalf("in flight = %+v", n.InFlight)
 	}
 	// Assigned by the plugin: still charged, no longer in flight.

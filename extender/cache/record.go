@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"maps"
 	"slices"
 
@@ -24,8 +25,8 @@ import (
 //     assignment annotations, the request and the isolation annotations (the
 //     latter part of an in-flight pod's signature);
 //   - the binder (Cache.Pod, or RecordOf a pod it GETs): UID, namespace,
-//     name, node, the assignment and container-env annotations, the request
-//     and the isolation annotations (where the pod may go);
+//     name, node, the assignment and container-env annotations, the request,
+//     the isolation annotations and the multi-GPU form (where the pod may go);
 //   - the informer's machinery: namespace and name (the store's key) and the
 //     resource version (metav1.Object, record_meta.go).
 //
@@ -46,6 +47,14 @@ type PodRecord struct {
 	// error; it is left at the zero value when the request itself is invalid,
 	// so an unreadable Isolation always means the request is fine.
 	Isolation allocator.PodIsolation
+	// GPUCount and LinksRequired are the pod's multi-GPU form
+	// (gpushare.MultiGPU; its gpu-count label and topology annotation), in
+	// the padding too. When they cannot be read RequestErr is their error
+	// (ErrInvalidGPUCount). Only placing the pod needs them: a bound pod's
+	// GPUs are read from its annotations, so a label edited after binding
+	// changes nothing.
+	GPUCount      uint8
+	LinksRequired bool
 	// Annotations are those of the pod the extender reads (keptAnnotations),
 	// nil when it has none.
 	Annotations map[string]string
@@ -69,6 +78,10 @@ func RecordOf(pod *corev1.Pod) *PodRecord {
 	if err == nil {
 		iso, err = allocator.ReadPodIsolation(pod.Annotations)
 	}
+	var multi gpushare.MultiGPU
+	if err == nil {
+		multi, err = gpushare.PodMultiGPU(pod.Namespace+"/"+pod.Name, pod.Labels, pod.Annotations, reqs)
+	}
 	return &PodRecord{
 		Namespace:       pod.Namespace,
 		Name:            pod.Name,
@@ -81,6 +94,8 @@ func RecordOf(pod *corev1.Pod) *PodRecord {
 		Annotations:     keptAnnotations(pod.Annotations),
 		Requests:        slices.Clip(reqs),
 		RequestErr:      err,
+		GPUCount:        uint8(multi.Count), // at most MaxGPUsPerNode
+		LinksRequired:   multi.LinksRequired,
 		NamesGPUMem:     NamesGPUMem(pod),
 	}
 }
@@ -101,8 +116,9 @@ func NamesGPUMem(pod *corev1.Pod) bool {
 	return false
 }
 
-// Request returns the pod's request with its isolation annotations, or the
-// error reading either from the pod gave: what placing the pod needs.
+// Request returns the pod's request with its isolation annotations and
+// multi-GPU form, or the error reading any of them from the pod gave: what
+// placing the pod needs.
 func (r *PodRecord) Request() (allocator.Request, error) {
 	if r.RequestErr != nil {
 		return allocator.Request{}, r.RequestErr
@@ -116,7 +132,7 @@ func (r *PodRecord) Request() (allocator.Request, error) {
 // them as unreadable, which makes the hold-back rule keep every pod of a
 // size it has off the node while it is in flight.
 func (r *PodRecord) ChargedRequest() (allocator.Request, error) {
-	if r.RequestErr != nil && r.Isolation.Readable() {
+	if r.RequestErr != nil && r.Isolation.Readable() && !errors.Is(r.RequestErr, gpushare.ErrInvalidGPUCount) {
 		return allocator.Request{}, r.RequestErr
 	}
 	return r.request(), nil
@@ -125,6 +141,7 @@ func (r *PodRecord) ChargedRequest() (allocator.Request, error) {
 func (r *PodRecord) request() allocator.Request {
 	req := allocator.RequestOf(r.Namespace+"/"+r.Name, r.Requests)
 	req.Isolation = r.Isolation
+	req.GPUs = gpushare.MultiGPU{Count: int(r.GPUCount), LinksRequired: r.LinksRequired}
 	return req
 }
 

@@ -62,11 +62,11 @@ func TestTrimNode(t *testing.T) {
 	}
 	got := obj.(*corev1.Node)
 	log := zap.NewNop()
-	wantGPUs, wantTiers, wantReasons, wantShare := layout(full, log)
+	wantGPUs, wantTiers, wantReasons, _, wantShare := layout(full, log)
 	if len(wantReasons) != 1 || len(wantTiers) != 2 || wantTiers[0] != allocator.TierMPS {
 		t.Fatalf("the test node's tiers read as %v, %v", wantTiers, wantReasons)
 	}
-	if gotGPUs, gotTiers, gotReasons, gotShare := layout(got, log); len(wantGPUs) != 2 || !wantShare || !reflect.DeepEqual(gotGPUs, wantGPUs) ||
+	if gotGPUs, gotTiers, gotReasons, _, gotShare := layout(got, log); len(wantGPUs) != 2 || !wantShare || !reflect.DeepEqual(gotGPUs, wantGPUs) ||
 		!reflect.DeepEqual(gotTiers, wantTiers) || !reflect.DeepEqual(gotReasons, wantReasons) || gotShare != wantShare {
 		t.Fatalf("layout of the trimmed node %+v %v, want %+v %v", gotGPUs, gotShare, wantGPUs, wantShare)
 	}
@@ -87,13 +87,13 @@ func TestTrimNode(t *testing.T) {
 	if n := obj.(*corev1.Node); len(n.Status.Capacity) != 1 || len(n.Status.Allocatable) != 1 {
 		t.Fatalf("capacity %v, allocatable %v: want the count from capacity, the memory from allocatable", n.Status.Capacity, n.Status.Allocatable)
 	}
-	if g, _, _, s := layout(obj.(*corev1.Node), log); !s || len(g) != 8 || g[7].Units != 80 {
+	if g, _, _, _, s := layout(obj.(*corev1.Node), log); !s || len(g) != 8 || g[7].Units != 80 {
 		t.Fatalf("layout from allocatable memory and capacity count: %+v %v", g, s)
 	}
 	// The count fallback (no annotation) reads the same too.
 	bare := Node("n2", 64, 4, nil)
 	obj, _ = trimNode(bare.DeepCopy())
-	if g, _, _, s := layout(obj.(*corev1.Node), log); !s || len(g) != 4 || g[3].Units != 16 || obj.(*corev1.Node).Annotations != nil {
+	if g, _, _, _, s := layout(obj.(*corev1.Node), log); !s || len(g) != 4 || g[3].Units != 16 || obj.(*corev1.Node).Annotations != nil {
 		t.Fatalf("fallback layout %+v %v of %+v", g, s, obj)
 	}
 	// A node without GPUs keeps nothing of its resources.

@@ -294,14 +294,14 @@ func room(n *allocator.Node, iso allocator.PodIsolation) (free, largest uint64) 
 }
 
 // checkSignatures checks rule 2's invariant on a node: any two in-flight
-// containers of one size in different pods share GPU, pod total and
+// containers of one size in different pods share GPUs, pod total and
 // isolation annotations, so the device plugin's answer is right whichever of
 // them a call is for. (Within a pod the kubelet allocates in spec order, so
 // a split pod's equal containers may sit on different GPUs.)
 func checkSignatures(t *testing.T, n *allocator.Node) {
 	t.Helper()
 	type signature struct {
-		gpu      int
+		gpus     gpushare.GPUSet
 		podUnits uint64
 		iso      allocator.PodIsolation
 	}
@@ -309,7 +309,7 @@ func checkSignatures(t *testing.T, n *allocator.Node) {
 		for _, b := range n.InFlight[i+1:] {
 			for _, sa := range a.Slots {
 				for _, sb := range b.Slots {
-					x, y := signature{sa.GPU, a.PodUnits, a.Isolation}, signature{sb.GPU, b.PodUnits, b.Isolation}
+					x, y := signature{sa.GPUs, a.PodUnits, a.Isolation}, signature{sb.GPUs, b.PodUnits, b.Isolation}
 					if sa.Units == sb.Units && x != y {
 						t.Fatalf("node %s: in-flight %d-unit containers of %s %+v and %s %+v", n.Name, sa.Units, a.Pod, x, b.Pod, y)
 					}

@@ -5,12 +5,26 @@ package gpushare
 // (PodUnits) over the containers placed there. On one GPU that is the pod's
 // whole request; when a pod is split across GPUs, its init containers peak on
 // their own GPU instead of being summed with regular containers elsewhere.
-// The extender, the device plugin and the inspector all charge through this.
+// The extender, the device plugin and the inspector all charge through this
+// or ChargesBySet.
 func ChargesByGPU(reqs []ContainerRequest, gpuOf func(ContainerRequest) int) map[int]uint64 {
+	return ChargesBySet(reqs, func(c ContainerRequest) GPUSet { return NewGPUSet(gpuOf(c)) })
+}
+
+// ChargesBySet is ChargesByGPU for containers that may span several GPUs: a
+// container on a set of k GPUs counts its units / k on each of them (the
+// contract splits evenly). With one-GPU sets it is ChargesByGPU.
+func ChargesBySet(reqs []ContainerRequest, setOf func(ContainerRequest) GPUSet) map[int]uint64 {
 	byGPU := map[int][]ContainerRequest{}
 	for _, c := range reqs {
-		g := gpuOf(c)
-		byGPU[g] = append(byGPU[g], c)
+		s := setOf(c)
+		share := c
+		if k := uint64(s.Len()); k > 1 {
+			share.Units = c.Units / k
+		}
+		for _, g := range s.Indices() {
+			byGPU[g] = append(byGPU[g], share)
+		}
 	}
 	out := make(map[int]uint64, len(byGPU))
 	for g, cs := range byGPU {
@@ -20,28 +34,21 @@ func ChargesByGPU(reqs []ContainerRequest, gpuOf func(ContainerRequest) int) map
 }
 
 // Charges returns the units the pod with this assignment and these container
-// requests charges on each GPU (see ChargesByGPU). Every container must have
-// a GPU by GPUFor, and the allocation must charge no container that asks for
-// nothing; otherwise it is an *AssignmentError, since accounting would drift.
+// requests charges on each GPU (see ChargesBySet). Every container must have
+// its GPUs by SetFor, and the allocation must charge no container that asks
+// for nothing; otherwise it is an *AssignmentError, since accounting would
+// drift.
 func (p PodAssignment) Charges(reqs []ContainerRequest) (map[int]uint64, error) {
-	regular, err := p.ContainerGPUs(reqs)
-	if err != nil {
+	sets := make(map[ContainerRequest]GPUSet, len(reqs))
+	if _, err := p.ContainerSets(reqs); err != nil {
 		return nil, err
 	}
-	initGPU := map[int]int{}
 	for _, c := range reqs {
-		if c.Init {
-			g, err := p.GPUFor(c)
-			if err != nil {
-				return nil, err
-			}
-			initGPU[c.Index] = g
+		s, err := p.SetFor(c)
+		if err != nil {
+			return nil, err
 		}
+		sets[c] = s
 	}
-	return ChargesByGPU(reqs, func(c ContainerRequest) int {
-		if c.Init {
-			return initGPU[c.Index]
-		}
-		return regular[c.Index]
-	}), nil
+	return ChargesBySet(reqs, func(c ContainerRequest) GPUSet { return sets[c] }), nil
 }

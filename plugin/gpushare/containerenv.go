@@ -25,7 +25,8 @@ const ErrInvalidContainerEnvs Error = "invalid gpushare container-env record"
 // ContainerEnvs is the value of AnnotationContainerEnv: container name (init
 // containers included, names are unique across both lists) → the environment
 // Allocate returned for it. JSON, e.g.
-// {"main":{"gpu":0,"pod":4,"container":2,"dev":80}}, with "cgpuDisable":true
+// {"main":{"gpu":0,"pod":4,"container":2,"dev":80}}, with "gpus":"0,1" only
+// for a container on several GPUs ("gpu" is then the first), "cgpuDisable":true
 // only when isolation was turned off, "isolation":"<tier>" when the answer
 // carried a tier and "computePercent":<1–100> when it carried a compute
 // share (records written before tiers have neither, and encode to the same
@@ -81,6 +82,14 @@ func validateContainerEnv(name string, e ContainerEnv) error {
 	case e.PodUnits < e.ContainerUnits || e.PodUnits > MaxUnits:
 		return &ContainerEnvsError{Path: path + ".pod", Reason: uintString(e.PodUnits) + " is outside [" + uintString(e.ContainerUnits) + " (the container's units), " + uintString(MaxUnits) + "]"}
 	}
+	if e.GPUs != 0 {
+		switch n := e.GPUs.Len(); {
+		case n < 2 || e.GPUs.First() != e.GPUIndex:
+			return &ContainerEnvsError{Path: path + ".gpus", Reason: e.GPUs.String() + " is not a list of several GPUs starting with gpu " + strconv.Itoa(e.GPUIndex)}
+		case e.ContainerUnits%uint64(n) != 0:
+			return &ContainerEnvsError{Path: path + ".container", Reason: uintString(e.ContainerUnits) + " does not divide evenly over GPUs " + e.GPUs.String()}
+		}
+	}
 	if e.Isolation != "" {
 		if _, reason := parseTier(string(e.Isolation)); reason != "" {
 			return &ContainerEnvsError{Path: path + ".isolation", Reason: clip(string(e.Isolation)) + " " + reason}
@@ -108,6 +117,9 @@ func EncodeContainerEnvs(c ContainerEnvs) (string, error) {
 		e := c[name]
 		// Names are DNS labels, so quoting needs no escaping beyond strconv's.
 		fmt.Fprintf(&b, `%s:{"gpu":%d,"pod":%d,"container":%d,"dev":%d`, strconv.Quote(name), e.GPUIndex, e.PodUnits, e.ContainerUnits, e.DevUnits)
+		if e.GPUs != 0 {
+			fmt.Fprintf(&b, `,"gpus":%q`, e.GPUs.String())
+		}
 		if e.DisableIsolation {
 			b.WriteString(`,"cgpuDisable":true`)
 		}
@@ -131,6 +143,7 @@ type containerEnvJSON struct {
 	Pod         json.RawMessage `json:"pod"`
 	Container   json.RawMessage `json:"container"`
 	Dev         json.RawMessage `json:"dev"`
+	GPUs        *string         `json:"gpus"`
 	CGPUDisable *bool           `json:"cgpuDisable"`
 	Isolation   *string         `json:"isolation"`
 	// ComputePercent is raw for the same reason as the numbers above.
@@ -210,6 +223,13 @@ func DecodeContainerEnvs(s string) (ContainerEnvs, error) {
 			return nil, &ContainerEnvsError{Path: path + ".gpu", Reason: uintString(gpu) + " is outside [0, " + strconv.Itoa(MaxGPUsPerNode) + ")"}
 		}
 		e.GPUIndex = int(gpu)
+		if entry.GPUs != nil {
+			set, reason := parseGPUList(*entry.GPUs)
+			if reason != "" {
+				return nil, &ContainerEnvsError{Path: path + ".gpus", Reason: clip(*entry.GPUs) + " " + reason}
+			}
+			e.GPUs = set
+		}
 		e.DisableIsolation = entry.CGPUDisable != nil && *entry.CGPUDisable
 		if err := decodeTier(path, entry, &e); err != nil {
 			return nil, err

@@ -104,7 +104,7 @@ func (e *AnnotationError) Unwrap() []error { return []error{ErrMalformedAnnotati
 // AssignmentError reports a container that its pod's assignment cannot place.
 type AssignmentError struct {
 	Container string // container name; empty when only the index is known
-	Index     int    // index in pod.spec.containers (or initContainers when Init)
+	Index     int    // index in pod.spec.containers (or initContainers when Init); -1 for the whole pod
 	Init      bool
 	Reason    string
 	Err       error // ErrAssignmentMismatch or ErrMultiGPUContainer
@@ -115,6 +115,9 @@ func (e *AssignmentError) Error() string {
 	list := "containers"
 	if e.Init {
 		list = "initContainers"
+	}
+	if e.Index < 0 && e.Container == "" { // about the pod as a whole
+		return fmt.Sprintf("%v: %s", e.Err, e.Reason)
 	}
 	name := ""
 	if e.Container != "" {
