@@ -122,7 +122,7 @@ type candidate struct {
 	pod    *corev1.Pod
 	order  int64                       // assume time, or creation time for pods without one
 	reqs   []gpushare.ContainerRequest // every gpu-mem container, init first
-	gpus   []int                       // GPU of each entry of reqs
+	sets   []gpushare.GPUSet           // GPUs of each entry of reqs
 	units  uint64                      // the pod's total
 	served map[string]bool             // containers already served
 	// percent is the pod's compute share (gpushare.io/compute-percent), part
@@ -192,14 +192,22 @@ func pick(in Input, cands []candidate, n uint64) (Decision, bool) {
 	return *chosen, true
 }
 
-// envOf is the environment of c's i-th container: its GPU, the units, and
-// its GPU's tier with the pod's compute share.
+// envOf is the environment of c's i-th container: its GPUs, the units, and
+// its GPUs' tier with the pod's compute share. A multi-GPU container names
+// its first GPU's size and tier: its GPUs share one tier (checkTiers), and
+// the set, in the environment, fixes their sizes on this node.
 func envOf(in Input, c candidate, i int) gpushare.ContainerEnv {
-	g, _ := in.Inventory.GPU(c.gpus[i]) // checked in candidates
-	return gpushare.ContainerEnv{
-		GPUIndex: c.gpus[i], PodUnits: c.units, ContainerUnits: c.reqs[i].Units, DevUnits: g.Units,
-		DisableIsolation: in.DisableIsolation, Isolation: in.Isolation[c.gpus[i]].Tier, ComputePercent: c.percent,
+	set := c.sets[i]
+	first := set.First()
+	g, _ := in.Inventory.GPU(first) // checked in candidates
+	env := gpushare.ContainerEnv{
+		GPUIndex: first, PodUnits: c.units, ContainerUnits: c.reqs[i].Units, DevUnits: g.Units,
+		DisableIsolation: in.DisableIsolation, Isolation: in.Isolation[first].Tier, ComputePercent: c.percent,
 	}
+	if set.Len() > 1 {
+		env.GPUs = set
+	}
+	return env
 }
 
 // waiting lists the unserved containers of every candidate, for messages.
@@ -259,7 +267,7 @@ func candidateOf(in Input, pod *corev1.Pod, info *podInfo, servedNow map[string]
 	if len(info.reqs) == 0 || (info.placed && info.asg.Assigned) {
 		return nil, ""
 	}
-	c := candidate{pod: pod, reqs: info.reqs, units: gpushare.PodUnits(info.reqs), gpus: info.gpus,
+	c := candidate{pod: pod, reqs: info.reqs, units: gpushare.PodUnits(info.reqs), sets: info.sets,
 		served: make(map[string]bool, len(info.recorded)+len(servedNow))}
 	for name := range info.recorded {
 		c.served[name] = true
@@ -275,9 +283,9 @@ func candidateOf(in Input, pod *corev1.Pod, info *podInfo, servedNow map[string]
 			return nil, fmt.Sprintf("it has no %s annotation and the node has %d GPUs; schedule it through the gpushare scheduler extender",
 				gpushare.AnnotationGPUIndex, len(gpus))
 		}
-		c.gpus = make([]int, len(c.reqs))
-		for i := range c.gpus {
-			c.gpus[i] = gpus[0].Index
+		c.sets = make([]gpushare.GPUSet, len(c.reqs))
+		for i := range c.sets {
+			c.sets[i] = gpushare.NewGPUSet(gpus[0].Index)
 		}
 	}
 	if reason := checkContainers(in.Inventory, &c); reason != "" {
@@ -286,7 +294,7 @@ func candidateOf(in Input, pod *corev1.Pod, info *podInfo, servedNow map[string]
 	if allServed(c) {
 		return nil, ""
 	}
-	if reason := checkTiers(in, info, c.gpus); reason != "" {
+	if reason := checkTiers(in, info, c.sets); reason != "" {
 		return nil, reason
 	}
 	c.percent = info.percent
@@ -308,16 +316,19 @@ func allServed(c candidate) bool {
 }
 
 // checkContainers refuses GPUs the node lacks and containers larger than
-// their GPU; it returns why on failure.
+// their GPUs (per GPU, for a container spanning several); it returns why on
+// failure.
 func checkContainers(inv *inventory.Inventory, c *candidate) string {
 	for i, r := range c.reqs {
-		g := c.gpus[i]
-		state, ok := inv.GPU(g)
-		if !ok {
-			return fmt.Sprintf("its annotations name GPU %d for container %q, and this node has no GPU %d", g, r.Name, g)
-		}
-		if r.Units > state.Units {
-			return fmt.Sprintf("container %q asks for %d units, more than GPU %d's %d", r.Name, r.Units, g, state.Units)
+		per := r.Units / uint64(max(1, c.sets[i].Len()))
+		for _, g := range c.sets[i].Indices() {
+			state, ok := inv.GPU(g)
+			if !ok {
+				return fmt.Sprintf("its annotations name GPU %d for container %q, and this node has no GPU %d", g, r.Name, g)
+			}
+			if per > state.Units {
+				return fmt.Sprintf("container %q asks for %d units, more than GPU %d's %d", r.Name, per, g, state.Units)
+			}
 		}
 	}
 	return ""

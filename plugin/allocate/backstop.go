@@ -47,7 +47,7 @@ func (e *OvercommitError) Error() string {
 func (e *OvercommitError) Unwrap() error { return ErrOvercommit }
 
 // charges calls fn for every pod bound to the node with what it charges on
-// each GPU by its annotations (gpushare.ChargesByGPU, as the extender and the
+// each GPU by its annotations (gpushare.ChargesBySet, as the extender and the
 // inspector count): every pod that is not finished, terminating ones
 // included, since their containers may still hold memory. A pod the extender
 // never placed charges the only GPU of a one-GPU node, where the plugin serves it.
@@ -87,8 +87,10 @@ func checkFits(in Input, memo *Memo, decisions []Decision) error {
 		}
 	})
 	for _, d := range decisions {
-		if g, ok := in.Inventory.GPU(d.Env.GPUIndex); ok && used[d.Env.GPUIndex] > g.Units {
-			return overcommitted(in, memo, d, g, used[d.Env.GPUIndex])
+		for _, i := range d.Env.Set().Indices() {
+			if g, ok := in.Inventory.GPU(i); ok && used[i] > g.Units {
+				return overcommitted(in, memo, d, i, g, used[i])
+			}
 		}
 	}
 	return nil
@@ -100,10 +102,10 @@ type holderUnits struct {
 	units uint64
 }
 
-func overcommitted(in Input, memo *Memo, d Decision, g inventory.State, total uint64) error {
+func overcommitted(in Input, memo *Memo, d Decision, gpu int, g inventory.State, total uint64) error {
 	var hs []holderUnits
 	charges(in, memo, func(pod *corev1.Pod, byGPU map[int]uint64) {
-		if u, ok := byGPU[d.Env.GPUIndex]; ok {
+		if u, ok := byGPU[gpu]; ok {
 			hs = append(hs, holderUnits{pod: pod.Namespace + "/" + pod.Name, units: u})
 		}
 	})
@@ -115,7 +117,7 @@ func overcommitted(in Input, memo *Memo, d Decision, g inventory.State, total ui
 		names[i] = h.pod + "=" + strconv.FormatUint(h.units, 10)
 	}
 	return &OvercommitError{
-		Node: in.Node, GPU: d.Env.GPUIndex, GPUUnits: g.Units, Charged: total, Unit: in.Inventory.Unit(),
+		Node: in.Node, GPU: gpu, GPUUnits: g.Units, Charged: total, Unit: in.Inventory.Unit(),
 		Holders: names, Container: d.Pod.Namespace + "/" + d.Pod.Name + "/" + d.Container.Name,
 	}
 }

@@ -16,7 +16,7 @@ type podInfo struct {
 	asg      gpushare.PodAssignment
 	placed   bool            // the pod carries the extender's assignment
 	recorded map[string]bool // containers in the pod's container-env record
-	gpus     []int           // GPU of each entry of reqs; nil when unplaced
+	sets     []gpushare.GPUSet // GPUs of each entry of reqs (one, or a multi-GPU pod's set); nil when unplaced
 	charges  map[int]uint64  // units the pod charges per GPU; nil when unplaced
 	problem  string          // why the pod cannot be served; empty when it can
 	// tier and percent are the pod's isolation wishes (gpushare.io/isolation,
@@ -64,9 +64,9 @@ func decodePod(pod *corev1.Pod) *podInfo {
 		info.problem = err.Error()
 		return info
 	}
-	info.gpus = make([]int, len(reqs))
+	info.sets = make([]gpushare.GPUSet, len(reqs))
 	for i, r := range reqs {
-		if info.gpus[i], err = info.asg.GPUFor(r); err != nil {
+		if info.sets[i], err = info.asg.SetFor(r); err != nil {
 			info.problem = err.Error()
 			return info
 		}

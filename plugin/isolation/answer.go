@@ -50,7 +50,7 @@ type Config struct {
 // Request is everything an answer depends on.
 type Request struct {
 	Env  gpushare.ContainerEnv // the container's decision; Env.Isolation selects the tier
-	UUID string                // the NVML UUID of Env's GPU
+	UUIDs []string             // the NVML UUIDs of Env's GPUs, in Env.Set()'s order
 	Unit gpushare.Unit         // the node's memory unit
 	// CacheDir is a host directory created for this answer alone (hami-core
 	// only): HAMi-core accounts a container's memory in a file there, and
@@ -86,16 +86,18 @@ func For(cfg Config, r Request) (Answer, error) {
 	return Answer{}, invalid("unknown isolation tier %q", t)
 }
 
-// limitMiB is the container's memory in MiB: its units times the unit.
+// limitMiB is the container's memory on each of its GPUs in MiB: its units
+// per GPU times the unit (a multi-GPU container's units are split evenly).
 func limitMiB(r Request) (uint64, error) {
-	if r.Env.ContainerUnits == 0 || !r.Unit.Valid() || r.Env.ContainerUnits > gpushare.MaxUnits {
-		return 0, invalid("%d units of %s", r.Env.ContainerUnits, r.Unit)
+	per := r.Env.UnitsPerGPU()
+	if per == 0 || !r.Unit.Valid() || r.Env.ContainerUnits > gpushare.MaxUnits || per*uint64(r.Env.Set().Len()) != r.Env.ContainerUnits {
+		return 0, invalid("%d units of %s over GPUs %s", r.Env.ContainerUnits, r.Unit, r.Env.Set())
 	}
 	// MaxUnits × GiB is 2^30 MiB: no overflow.
-	return r.Unit.ToMiB(r.Env.ContainerUnits), nil
+	return r.Unit.ToMiB(per), nil
 }
 
-// mps pins the client's device memory on its GPU, named by UUID: MPS
+// mps pins the client's device memory on each of its GPUs, named by UUID: MPS
 // enumerates devices as its daemon sees them, so an ordinal in a client's
 // environment can name another GPU (MPS documentation, CUDA_VISIBLE_DEVICES).
 // The mounts are those NVIDIA's device plugin gives its MPS clients
@@ -105,8 +107,16 @@ func mps(cfg Config, r Request) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	if !strings.HasPrefix(r.UUID, "GPU-") || strings.ContainsAny(r.UUID, "=, ") {
-		return Answer{}, invalid("GPU %d has no usable UUID (%q) to pin its MPS memory limit to", r.Env.GPUIndex, r.UUID)
+	gpus := r.Env.Set().Indices()
+	if len(r.UUIDs) != len(gpus) {
+		return Answer{}, invalid("%d UUIDs for the %d GPUs %s", len(r.UUIDs), len(gpus), r.Env.Set())
+	}
+	limits := make([]string, len(gpus))
+	for k, uuid := range r.UUIDs {
+		if !strings.HasPrefix(uuid, "GPU-") || strings.ContainsAny(uuid, "=, ") {
+			return Answer{}, invalid("GPU %d has no usable UUID (%q) to pin its MPS memory limit to", gpus[k], uuid)
+		}
+		limits[k] = uuid + "=" + strconv.FormatUint(mib, 10) + "M"
 	}
 	pipe := cfg.MPSContainerPipeDir
 	if pipe == "" {
@@ -121,7 +131,7 @@ func mps(cfg Config, r Request) (Answer, error) {
 	a := Answer{
 		Envs: map[string]string{
 			gpushare.EnvMPSPipeDirectory:        pipe,
-			gpushare.EnvMPSPinnedDeviceMemLimit: r.UUID + "=" + strconv.FormatUint(mib, 10) + "M",
+			gpushare.EnvMPSPinnedDeviceMemLimit: strings.Join(limits, ","),
 		},
 		Mounts: []*pluginapi.Mount{
 			{ContainerPath: pipe, HostPath: cfg.MPSPipeDir},
@@ -141,8 +151,9 @@ func mps(cfg Config, r Request) (Answer, error) {
 // directory of the container's own holding CUDA_DEVICE_MEMORY_SHARED_CACHE.
 // HAMi names that directory after the pod; here it is r.CacheDir, fresh per
 // answer, so the answer stays the same whichever pod the kubelet serves.
-// The container sees exactly one GPU, so the unsuffixed
-// CUDA_DEVICE_MEMORY_LIMIT (HAMi-core's limit for every device) is its limit.
+// The unsuffixed CUDA_DEVICE_MEMORY_LIMIT is HAMi-core's limit for every
+// device the container sees: one GPU, or a multi-GPU container's GPUs, on
+// each of which it holds the same units (the contract splits evenly).
 func hamiCore(cfg Config, r Request) (Answer, error) {
 	mib, err := limitMiB(r)
 	if err != nil {

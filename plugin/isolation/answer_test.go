@@ -43,16 +43,16 @@ func TestFor(t *testing.T) {
 		req  isolation.Request
 		want isolation.Answer
 	}{
-		{"no tier: the seed's answer", isolation.Request{Env: env("", 4, 0), UUID: uuid, Unit: gpushare.GiB}, isolation.Answer{}},
-		{"none: nothing beside GPUSHARE_ISOLATION", isolation.Request{Env: env("none", 4, 0), UUID: uuid, Unit: gpushare.GiB}, isolation.Answer{}},
-		{"mps, GiB", isolation.Request{Env: env("mps", 20, 0), UUID: uuid, Unit: gpushare.GiB}, isolation.Answer{
+		{"no tier: the seed's answer", isolation.Request{Env: env("", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}, isolation.Answer{}},
+		{"none: nothing beside GPUSHARE_ISOLATION", isolation.Request{Env: env("none", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}, isolation.Answer{}},
+		{"mps, GiB", isolation.Request{Env: env("mps", 20, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}, isolation.Answer{
 			Envs:   map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": uuid + "=20480M"},
 			Mounts: mpsMounts}},
-		{"mps, 256MiB, compute share", isolation.Request{Env: env("mps", 3, 30), UUID: uuid, Unit: 256}, isolation.Answer{
+		{"mps, 256MiB, compute share", isolation.Request{Env: env("mps", 3, 30), UUIDs: []string{uuid}, Unit: 256}, isolation.Answer{
 			Envs: map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": uuid + "=768M",
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"},
 			Mounts: mpsMounts}},
-		{"hami-core, GiB", isolation.Request{Env: env("hami-core", 40, 0), UUID: uuid, Unit: gpushare.GiB, CacheDir: cacheDir}, isolation.Answer{
+		{"hami-core, GiB", isolation.Request{Env: env("hami-core", 40, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB, CacheDir: cacheDir}, isolation.Answer{
 			Envs:   map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "40960m", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache"},
 			Mounts: hamiMounts}},
 		{"hami-core, MiB, compute share, no UUID needed", isolation.Request{Env: env("hami-core", 1500, 100), Unit: gpushare.MiB, CacheDir: cacheDir}, isolation.Answer{
@@ -71,7 +71,7 @@ func TestFor(t *testing.T) {
 func TestForMPSContainerPipeDir(t *testing.T) {
 	c := cfg
 	c.MPSContainerPipeDir = "/mps/pipe"
-	got, err := isolation.For(c, isolation.Request{Env: env("mps", 1, 0), UUID: uuid, Unit: gpushare.GiB})
+	got, err := isolation.For(c, isolation.Request{Env: env("mps", 1, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB})
 	if err != nil || got.Envs["CUDA_MPS_PIPE_DIRECTORY"] != "/mps/pipe" ||
 		!proto.Equal(got.Mounts[0], &pluginapi.Mount{ContainerPath: "/mps/pipe", HostPath: "/run/gpushare/mps/pipe"}) {
 		t.Errorf("For = %+v, %v", got, err)
@@ -88,21 +88,21 @@ func TestForRefuses(t *testing.T) {
 		cfg  isolation.Config
 		req  isolation.Request
 	}{
-		{"compute share on none", cfg, isolation.Request{Env: env("none", 4, 10), UUID: uuid, Unit: gpushare.GiB}},
-		{"compute share without a tier", cfg, isolation.Request{Env: env("", 4, 10), UUID: uuid, Unit: gpushare.GiB}},
-		{"compute share above 100", cfg, isolation.Request{Env: env("mps", 4, 101), UUID: uuid, Unit: gpushare.GiB}},
-		{"unknown tier", cfg, isolation.Request{Env: env("cgpu", 4, 0), UUID: uuid, Unit: gpushare.GiB}},
-		{"any is no GPU's tier", cfg, isolation.Request{Env: env("any", 4, 0), UUID: uuid, Unit: gpushare.GiB}},
-		{"mps by ordinal", cfg, isolation.Request{Env: env("mps", 4, 0), UUID: "3", Unit: gpushare.GiB}},
+		{"compute share on none", cfg, isolation.Request{Env: env("none", 4, 10), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"compute share without a tier", cfg, isolation.Request{Env: env("", 4, 10), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"compute share above 100", cfg, isolation.Request{Env: env("mps", 4, 101), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"unknown tier", cfg, isolation.Request{Env: env("cgpu", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"any is no GPU's tier", cfg, isolation.Request{Env: env("any", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"mps by ordinal", cfg, isolation.Request{Env: env("mps", 4, 0), UUIDs: []string{"3"}, Unit: gpushare.GiB}},
 		{"mps without a UUID", cfg, isolation.Request{Env: env("mps", 4, 0), Unit: gpushare.GiB}},
-		{"mps with a list for a UUID", cfg, isolation.Request{Env: env("mps", 4, 0), UUID: uuid + ",GPU-x=1G", Unit: gpushare.GiB}},
-		{"mps without units", cfg, isolation.Request{Env: env("mps", 0, 0), UUID: uuid, Unit: gpushare.GiB}},
-		{"mps with a bad unit", cfg, isolation.Request{Env: env("mps", 4, 0), UUID: uuid, Unit: 3}},
-		{"mps without paths", noPaths, isolation.Request{Env: env("mps", 4, 0), UUID: uuid, Unit: gpushare.GiB}},
-		{"hami-core without a cache directory", cfg, isolation.Request{Env: env("hami-core", 4, 0), UUID: uuid, Unit: gpushare.GiB}},
-		{"hami-core with a relative cache directory", cfg, isolation.Request{Env: env("hami-core", 4, 0), UUID: uuid, Unit: gpushare.GiB, CacheDir: "c-1"}},
-		{"hami-core with a relative library", relative, isolation.Request{Env: env("hami-core", 4, 0), UUID: uuid, Unit: gpushare.GiB, CacheDir: cacheDir}},
-		{"hami-core without paths", noPaths, isolation.Request{Env: env("hami-core", 4, 0), UUID: uuid, Unit: gpushare.GiB, CacheDir: cacheDir}},
+		{"mps with a list for a UUID", cfg, isolation.Request{Env: env("mps", 4, 0), UUIDs: []string{uuid + ",GPU-x=1G"}, Unit: gpushare.GiB}},
+		{"mps without units", cfg, isolation.Request{Env: env("mps", 0, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"mps with a bad unit", cfg, isolation.Request{Env: env("mps", 4, 0), UUIDs: []string{uuid}, Unit: 3}},
+		{"mps without paths", noPaths, isolation.Request{Env: env("mps", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"hami-core without a cache directory", cfg, isolation.Request{Env: env("hami-core", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}},
+		{"hami-core with a relative cache directory", cfg, isolation.Request{Env: env("hami-core", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB, CacheDir: "c-1"}},
+		{"hami-core with a relative library", relative, isolation.Request{Env: env("hami-core", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB, CacheDir: cacheDir}},
+		{"hami-core without paths", noPaths, isolation.Request{Env: env("hami-core", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB, CacheDir: cacheDir}},
 	} {
 		if got, err := isolation.For(tt.cfg, tt.req); !errors.Is(err, isolation.ErrInvalidAnswer) {
 			t.Errorf("%s: For = %+v, %v; want ErrInvalidAnswer", tt.name, got, err)

@@ -31,7 +31,7 @@ func FuzzAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tierIdx uint8, units uint64, unit uint16, percent int8, gpuUUID string, gpu uint8, cache string) {
 		e := gpushare.ContainerEnv{GPUIndex: int(gpu % 64), PodUnits: units, ContainerUnits: units, DevUnits: units,
 			Isolation: fuzzTiers[int(tierIdx)%len(fuzzTiers)], ComputePercent: int(percent)}
-		r := isolation.Request{Env: e, UUID: gpuUUID, Unit: gpushare.Unit(unit), CacheDir: cache}
+		r := isolation.Request{Env: e, UUIDs: []string{gpuUUID}, Unit: gpushare.Unit(unit), CacheDir: cache}
 		a, err := isolation.For(cfg, r)
 		if serves := servable(r); (err == nil) != serves {
 			t.Fatalf("For(%+v) = %+v, %v; the tier can serve it: %v", r, a, err, serves)
@@ -64,7 +64,7 @@ func servable(r isolation.Request) bool {
 	case "", gpushare.IsolationNone:
 		return true
 	case gpushare.IsolationMPS:
-		return sized && strings.HasPrefix(r.UUID, "GPU-") && !strings.ContainsAny(r.UUID, "=, ")
+		return sized && len(r.UUIDs) == 1 && strings.HasPrefix(r.UUIDs[0], "GPU-") && !strings.ContainsAny(r.UUIDs[0], "=, ")
 	case gpushare.IsolationHAMiCore:
 		return sized && filepath.IsAbs(r.CacheDir) && filepath.Clean(r.CacheDir) == r.CacheDir
 	}
@@ -98,8 +98,8 @@ func checkAnswer(t *testing.T, r isolation.Request, a isolation.Answer) {
 		}
 	case gpushare.IsolationMPS:
 		dev, limit, _ := strings.Cut(a.Envs[gpushare.EnvMPSPinnedDeviceMemLimit], "=")
-		if dev != r.UUID || !strings.HasPrefix(dev, "GPU-") || limit != mib+"M" || a.Envs[gpushare.EnvMPSActiveThreadPercentage] != share {
-			t.Fatalf("mps answer %v for %d units of %s on %s", a.Envs, r.Env.ContainerUnits, r.Unit, r.UUID)
+		if dev != r.UUIDs[0] || !strings.HasPrefix(dev, "GPU-") || limit != mib+"M" || a.Envs[gpushare.EnvMPSActiveThreadPercentage] != share {
+			t.Fatalf("mps answer %v for %d units of %s on %s", a.Envs, r.Env.ContainerUnits, r.Unit, r.UUIDs)
 		}
 		if !seen[gpushare.MPSContainerShmDir] || !seen[a.Envs[gpushare.EnvMPSPipeDirectory]] {
 			t.Fatalf("mps mounts %v lack the pipe directory or /dev/shm", a.Mounts)

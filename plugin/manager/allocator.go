@@ -118,7 +118,7 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	for i, d := range decisions {
 		a.served.Add(d.Pod.UID, d.Container.Name, d.Env)
 		log := a.log.With(zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name),
-			zap.Int("gpu", d.Env.GPUIndex), zap.Uint64("units", d.Env.ContainerUnits))
+			zap.Stringer("gpus", d.Env.Set()), zap.Uint64("units", d.Env.ContainerUnits))
 		if len(d.Conflicts) > 0 {
 			log.Warn("ambiguous Allocate: in-flight containers of this size have different GPUs or limits; "+
 				"the scheduler extender's rule was not followed and this answer may be for another pod",
@@ -139,8 +139,12 @@ func (a *allocator) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 // answer builds one container's response: the device-list strategy's, with
 // its tier's composed in.
 func (a *allocator) answer(inv *inventory.Inventory, d allocate.Decision) (*pluginapi.ContainerAllocateResponse, error) {
-	g, _ := inv.GPU(d.Env.GPUIndex) // Match serves only GPUs the inventory has
-	req := isolation.Request{Env: d.Env, UUID: g.UUID, Unit: inv.Unit()}
+	var uuids []string
+	for _, i := range d.Env.Set().Indices() {
+		g, _ := inv.GPU(i) // Match serves only GPUs the inventory has
+		uuids = append(uuids, g.UUID)
+	}
+	req := isolation.Request{Env: d.Env, UUIDs: uuids, Unit: inv.Unit()}
 	if d.Env.Isolation == gpushare.IsolationHAMiCore {
 		dir, err := newCacheDir(a.tierPaths.HAMiCacheRoot)
 		if err != nil {
@@ -152,7 +156,7 @@ func (a *allocator) answer(inv *inventory.Inventory, d allocate.Decision) (*plug
 	if err != nil {
 		return nil, err
 	}
-	return a.deviceList.ContainerResponseWith(d.Env, g.UUID, tier)
+	return a.deviceList.ContainerResponseWith(d.Env, uuids, tier)
 }
 
 // newCacheDir creates a fresh hami-core cache directory under root, named at

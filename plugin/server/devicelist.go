@@ -31,25 +31,27 @@ func (d DeviceList) ids() gpushare.DeviceIDStrategy {
 	return d.IDs
 }
 
-// ContainerResponse is the answer for one container given env on the GPU of
-// UUID uuid. Whatever the strategies, the gpushare variables (env.Map(), the
+// ContainerResponse is the answer for one container given env on the GPUs
+// of UUIDs uuids (env.Set()'s order: one, or each of a multi-GPU container's). Whatever the strategies, the gpushare variables (env.Map(), the
 // contract) are all there; what changes is how the GPU reaches the runtime:
 //
-//   - envvar: NVIDIA_VISIBLE_DEVICES=<index>, as the old gpushare.
+//   - envvar: NVIDIA_VISIBLE_DEVICES=<index> (<i>,<j> for several GPUs), as
+//     the old gpushare.
 //   - volume-mounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices
-//     and /dev/null mounted at /var/run/nvidia-container-devices/<id>
+//     and /dev/null mounted at /var/run/nvidia-container-devices/<id>, one per GPU
 //     (NVIDIA's plugin does the same, and with both envvar and volume-mounts
 //     the mount wins the variable, as there).
 //   - cdi-annotations: annotation cdi.k8s.io/gpushare-device-plugin_<index>
-//     = nvidia.com/gpu=<id>.
-//   - cdi-cri: CDIDevices [nvidia.com/gpu=<id>].
+//     = nvidia.com/gpu=<id>, one per GPU.
+//   - cdi-cri: CDIDevices [nvidia.com/gpu=<id>], one per GPU.
 //
 // With only CDI strategies NVIDIA_VISIBLE_DEVICES is "void" (NVIDIA's plugin
 // leaves it unset and its CDI specifications set void): an image's
 // NVIDIA_VISIBLE_DEVICES=all then adds nothing through the NVIDIA runtime's
 // hook. <id> is the GPU's UUID or its index, by d.IDs. An empty uuid where a
-// UUID is needed is an error: never a response naming no GPU.
-func (d DeviceList) ContainerResponse(env gpushare.ContainerEnv, uuid string) (*pluginapi.ContainerAllocateResponse, error) {
+// UUID is needed, or not one uuid per GPU, is an error: never a response
+// naming no GPU.
+func (d DeviceList) ContainerResponse(env gpushare.ContainerEnv, uuids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	resp := &pluginapi.ContainerAllocateResponse{Envs: env.Map()}
 	s := d.Strategies
 	mounts := s.Includes(gpushare.DeviceListVolumeMounts)
@@ -57,22 +59,33 @@ func (d DeviceList) ContainerResponse(env gpushare.ContainerEnv, uuid string) (*
 	if !mounts && !annotations && !cri {
 		return resp, nil // envvar alone: env.Map() is the answer
 	}
-	id, err := d.id(env.GPUIndex, uuid)
-	if err != nil {
-		return nil, err
+	gpus := env.Set().Indices()
+	if len(uuids) != len(gpus) {
+		return nil, fmt.Errorf("%d UUIDs for the %d GPUs %s", len(uuids), len(gpus), env.Set())
 	}
 	switch {
 	case mounts:
 		resp.Envs[gpushare.EnvVisibleDevices] = gpushare.DeviceListMountDir
-		resp.Mounts = []*pluginapi.Mount{{ContainerPath: gpushare.DeviceListMountPath(id), HostPath: gpushare.DeviceListMountHostPath}}
 	case s.OnlyCDI():
 		resp.Envs[gpushare.EnvVisibleDevices] = gpushare.VisibleDevicesVoid
 	}
-	if annotations {
-		resp.Annotations = map[string]string{gpushare.CDIAnnotationKey(env.GPUIndex): gpushare.CDIDeviceName(id)}
-	}
-	if cri {
-		resp.CdiDevices = []*pluginapi.CDIDevice{{Name: gpushare.CDIDeviceName(id)}}
+	for k, g := range gpus {
+		id, err := d.id(g, uuids[k])
+		if err != nil {
+			return nil, err
+		}
+		if mounts {
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: gpushare.DeviceListMountPath(id), HostPath: gpushare.DeviceListMountHostPath})
+		}
+		if annotations {
+			if resp.Annotations == nil {
+				resp.Annotations = map[string]string{}
+			}
+			resp.Annotations[gpushare.CDIAnnotationKey(g)] = gpushare.CDIDeviceName(id)
+		}
+		if cri {
+			resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: gpushare.CDIDeviceName(id)})
+		}
 	}
 	return resp, nil
 }
@@ -82,8 +95,8 @@ func (d DeviceList) ContainerResponse(env gpushare.ContainerEnv, uuid string) (*
 // follow the strategy's. The two never name the same variable or container
 // path; if they did, one would silently undo the other (a device mount, or
 // a memory limit), so that is an error.
-func (d DeviceList) ContainerResponseWith(env gpushare.ContainerEnv, uuid string, tier isolation.Answer) (*pluginapi.ContainerAllocateResponse, error) {
-	resp, err := d.ContainerResponse(env, uuid)
+func (d DeviceList) ContainerResponseWith(env gpushare.ContainerEnv, uuids []string, tier isolation.Answer) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := d.ContainerResponse(env, uuids)
 	if err != nil {
 		return nil, err
 	}

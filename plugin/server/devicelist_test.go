@@ -79,7 +79,7 @@ func TestContainerResponse(t *testing.T) {
 		if tt.list != "" {
 			d.Strategies = strategies(t, tt.list)
 		}
-		got, err := d.ContainerResponse(env, uuid)
+		got, err := d.ContainerResponse(env, []string{uuid})
 		if err != nil || !proto.Equal(got, tt.want) {
 			t.Errorf("%s: ContainerResponse =\n  %v, %v\nwant\n  %v", d, got, err, tt.want)
 			continue
@@ -104,16 +104,16 @@ func TestContainerResponseWithTier(t *testing.T) {
 			percent int
 		}{{gpushare.IsolationNone, 0}, {gpushare.IsolationMPS, 0}, {gpushare.IsolationMPS, 40}, {gpushare.IsolationHAMiCore, 60}} {
 			env := gpushare.ContainerEnv{GPUIndex: 3, PodUnits: 10, ContainerUnits: 6, DevUnits: 79, Isolation: tt.tier, ComputePercent: tt.percent}
-			tier, err := isolation.For(cfg, isolation.Request{Env: env, UUID: uuid, Unit: gpushare.GiB, CacheDir: "/var/lib/gpushare/hami-cache/c-1"})
+			tier, err := isolation.For(cfg, isolation.Request{Env: env, UUIDs: []string{uuid}, Unit: gpushare.GiB, CacheDir: "/var/lib/gpushare/hami-cache/c-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			d := server.DeviceList{Strategies: strategies(t, list)}
-			base, err := d.ContainerResponse(env, uuid)
+			base, err := d.ContainerResponse(env, []string{uuid})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := d.ContainerResponseWith(env, uuid, tier)
+			got, err := d.ContainerResponseWith(env, []string{uuid}, tier)
 			if err != nil {
 				t.Fatalf("%s, %s: %v", list, tt.tier, err)
 			}
@@ -140,7 +140,7 @@ func TestContainerResponseWithTierConflicts(t *testing.T) {
 		{Mounts: []*pluginapi.Mount{{ContainerPath: "/var/run/nvidia-container-devices/GPU-1", HostPath: "/dev/null"}}},
 		{Mounts: []*pluginapi.Mount{{ContainerPath: "/dev/shm", HostPath: "/a"}, {ContainerPath: "/dev/shm", HostPath: "/b"}}},
 	} {
-		if resp, err := d.ContainerResponseWith(env, "GPU-1", tier); err == nil {
+		if resp, err := d.ContainerResponseWith(env, []string{"GPU-1"}, tier); err == nil {
 			t.Errorf("tier answer %+v composed into %v; want an error", tier, resp)
 		}
 	}
@@ -152,15 +152,15 @@ func TestContainerResponseWithoutUUID(t *testing.T) {
 	env := gpushare.ContainerEnv{GPUIndex: 1, PodUnits: 2, ContainerUnits: 2, DevUnits: 40}
 	for _, list := range []string{"volume-mounts", "cdi-annotations", "cdi-cri", "envvar,cdi-cri"} {
 		d := server.DeviceList{Strategies: strategies(t, list)}
-		if resp, err := d.ContainerResponse(env, ""); err == nil || !strings.Contains(err.Error(), "no UUID") {
+		if resp, err := d.ContainerResponse(env, []string{""}); err == nil || !strings.Contains(err.Error(), "no UUID") {
 			t.Errorf("%s: ContainerResponse without a UUID = %v, %v; want an error", d, resp, err)
 		}
 		d.IDs = gpushare.DeviceIDIndex
-		if _, err := d.ContainerResponse(env, ""); err != nil {
+		if _, err := d.ContainerResponse(env, []string{""}); err != nil {
 			t.Errorf("%s: %v", d, err)
 		}
 	}
-	if resp, err := (server.DeviceList{}).ContainerResponse(env, ""); err != nil || resp.Envs[gpushare.EnvVisibleDevices] != "1" {
+	if resp, err := (server.DeviceList{}).ContainerResponse(env, []string{""}); err != nil || resp.Envs[gpushare.EnvVisibleDevices] != "1" {
 		t.Errorf("envvar without a UUID = %v, %v", resp, err)
 	}
 }
