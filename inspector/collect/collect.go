@@ -169,11 +169,13 @@ func addPod(acc *nodeAcc, pod *corev1.Pod, r *Report) {
 		acc.node.Pods = append(acc.node.Pods, p)
 		return
 	}
-	gpuOf, err := containerGPUs(asg, reqs)
+	setOf, err := containerSets(asg, reqs)
 	if err != nil {
 		skip(err)
 		return
 	}
+	// Charges splits a multi-GPU container's units evenly over its GPUs
+	// (units/k on each of k), so the GPUs' totals add up to the pod's share.
 	charges, err := asg.Charges(reqs)
 	if err != nil {
 		skip(err)
@@ -184,7 +186,11 @@ func addPod(acc *nodeAcc, pod *corev1.Pod, r *Report) {
 		acc.gpu(g).Allocated += u
 	}
 	slices.SortFunc(p.GPUs, func(a, b GPUCharge) int { return a.Index - b.Index })
-	p.Containers = containers(reqs, gpuOf, asg, true, envs)
+	if set, _ := asg.MultiSet(); set.Len() > 1 {
+		// containerSets already read MultiSet without an error.
+		p.GPUSet = set.Indices()
+	}
+	p.Containers = containers(reqs, setOf, asg, true, envs)
 	acc.node.Pods = append(acc.node.Pods, p)
 }
 
@@ -212,47 +218,56 @@ type reqKey struct {
 	index int
 }
 
-// containerGPUs places every gpu-mem container, init ones included, by the
-// contract's rule (PodAssignment.GPUFor), so the charge is the one the
+// containerSets places every gpu-mem container, init ones included, by the
+// contract's rule (PodAssignment.SetFor): one GPU for single-GPU and split
+// pods, the pod's whole set for multi-GPU pods, so the charge is the one the
 // extender and the device plugin act on.
-func containerGPUs(asg gpushare.PodAssignment, reqs []gpushare.ContainerRequest) (map[reqKey]int, error) {
-	// ContainerGPUs also rejects an allocation charging a container that asks for nothing.
-	regular, err := asg.ContainerGPUs(reqs)
+func containerSets(asg gpushare.PodAssignment, reqs []gpushare.ContainerRequest) (map[reqKey]gpushare.GPUSet, error) {
+	// ContainerSets also rejects an allocation charging a container that asks for nothing.
+	regular, err := asg.ContainerSets(reqs)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[reqKey]int, len(reqs))
+	out := make(map[reqKey]gpushare.GPUSet, len(reqs))
 	for _, c := range reqs {
 		if !c.Init {
 			out[reqKey{false, c.Index}] = regular[c.Index]
 			continue
 		}
-		g, err := asg.GPUFor(c)
+		s, err := asg.SetFor(c)
 		if err != nil {
 			return nil, err
 		}
-		out[reqKey{c.Init, c.Index}] = g
+		out[reqKey{c.Init, c.Index}] = s
 	}
 	return out, nil
 }
 
 // containers describes each gpu-mem container with what the device plugin
-// recorded for it.
-func containers(reqs []gpushare.ContainerRequest, gpuOf map[reqKey]int, asg gpushare.PodAssignment, placed bool, envs gpushare.ContainerEnvs) []Container {
+// recorded for it. A container on several GPUs lists them all, with its
+// units per GPU; its record matches when it names the same set and the same
+// units on each GPU.
+func containers(reqs []gpushare.ContainerRequest, setOf map[reqKey]gpushare.GPUSet, asg gpushare.PodAssignment, placed bool, envs gpushare.ContainerEnvs) []Container {
 	out := make([]Container, 0, len(reqs))
 	for _, c := range reqs {
 		ct := Container{Name: c.Name, Init: c.Init, Units: c.Units, State: StateNotAllocated}
-		var gpu int
+		var set gpushare.GPUSet
 		if placed {
-			gpu = gpuOf[reqKey{c.Init, c.Index}]
-			ct.GPU = &gpu
+			set = setOf[reqKey{c.Init, c.Index}]
+			first := set.First()
+			ct.GPU = &first
+			if set.Len() > 1 {
+				ct.GPUs = set.Indices()
+				ct.UnitsPerGPU = c.Units / uint64(set.Len())
+			}
 		}
 		env, recorded := envs[c.Name]
 		switch {
 		case recorded:
 			ct.Env = env.Map()
 			ct.State = StateAllocated
-			if !placed || env.GPUIndex != gpu || env.ContainerUnits != c.Units {
+			if !placed || set == 0 || env.Set() != set || env.ContainerUnits != c.Units ||
+				env.UnitsPerGPU() != c.Units/uint64(set.Len()) {
 				ct.State = StateMismatch
 			}
 		case asg.Assigned:

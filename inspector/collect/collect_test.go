@@ -1,6 +1,7 @@
 package collect_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -189,4 +190,134 @@ func FuzzBuild(f *testing.F) {
 			t.Errorf("GPU sum %d + pending %d != allocated %d", sum, r.Nodes[0].Pending, r.Nodes[0].Allocated)
 		}
 	})
+}
+
+// A multi-GPU pod (issue 15) is charged on each GPU of its set with its
+// units / k there, so the GPUs add up to the pod; each container lists all
+// its GPUs with its units per GPU.
+func TestMultiGPUChargesEachGPU(t *testing.T) {
+	four := fixture.Pod("d", "four", "n", fixture.Container("a", 12), fixture.Container("b", 4))
+	four.Spec.InitContainers = []corev1.Container{fixture.Container("i", 8)}
+	four = fixture.RecordSet(fixture.MultiGPU(four, gpushare.NewGPUSet(0, 1, 2, 3), 15, true), gpushare.NewGPUSet(0, 1, 2, 3), 15)
+	pods := []corev1.Pod{
+		fixture.MultiGPUPod("d", "two", "n", 8, gpushare.NewGPUSet(1, 3), 15, true),
+		four,
+		fixture.SimplePod("d", "one", "n", 5, 1, 15, true),
+	}
+	r := collect.Build([]corev1.Node{fixture.Node("n", "", 60, 4)}, pods)
+	if len(r.Skipped) != 0 {
+		t.Fatalf("skipped %v", r.Skipped)
+	}
+	n := r.Nodes[0]
+	// four: max(init 8/4, (12+4)/4) = 4 on each; two: 4 on GPUs 1 and 3; one: 5 on GPU 1.
+	want := []uint64{4, 13, 4, 8}
+	var sum uint64
+	for i, g := range n.GPUs {
+		if g.Allocated != want[i] {
+			t.Errorf("GPU%d allocated %d, want %d", i, g.Allocated, want[i])
+		}
+		sum += g.Allocated
+	}
+	if sum != 29 || n.Allocated != 29 {
+		t.Errorf("GPU sum %d, node %d; want 29 (16 + 8 + 5)", sum, n.Allocated)
+	}
+
+	pod := func(name string) collect.Pod {
+		for _, p := range n.Pods {
+			if p.Name == name {
+				return p
+			}
+		}
+		t.Fatalf("no pod %s in %+v", name, n.Pods)
+		return collect.Pod{}
+	}
+	two := pod("two")
+	if fmt.Sprint(two.GPUs) != "[{1 4} {3 4}]" || fmt.Sprint(two.GPUSet) != "[1 3]" || two.Units != 8 {
+		t.Errorf("two: GPUs %v set %v units %d; want 4 on 1 and 3", two.GPUs, two.GPUSet, two.Units)
+	}
+	c := two.Containers[0]
+	if *c.GPU != 1 || fmt.Sprint(c.GPUs) != "[1 3]" || c.UnitsPerGPU != 4 || c.State != collect.StateAllocated {
+		t.Errorf("two's container %+v", c)
+	}
+	for _, c := range pod("four").Containers {
+		if fmt.Sprint(c.GPUs) != "[0 1 2 3]" || c.UnitsPerGPU != c.Units/4 || c.State != collect.StateAllocated {
+			t.Errorf("four's container %+v", c)
+		}
+	}
+	// Single-GPU pods keep their shape: no set, no per-GPU units.
+	if one := pod("one"); one.GPUSet != nil || one.Containers[0].GPUs != nil || one.Containers[0].UnitsPerGPU != 0 || *one.Containers[0].GPU != 1 {
+		t.Errorf("one: %+v", one)
+	}
+}
+
+// A recorded environment matches a multi-GPU container only with the same
+// set and the same units on each GPU.
+func TestMultiGPURecordMismatch(t *testing.T) {
+	set := gpushare.NewGPUSet(0, 1)
+	base := fixture.MultiGPUPod("d", "p", "n", 8, set, 15, true)
+	cases := []struct {
+		name string
+		env  gpushare.ContainerEnv
+		want string
+	}{
+		{"same set and units", gpushare.ContainerEnv{GPUIndex: 0, GPUs: set, PodUnits: 8, ContainerUnits: 8, DevUnits: 15}, collect.StateAllocated},
+		{"first GPU only", gpushare.ContainerEnv{GPUIndex: 0, PodUnits: 8, ContainerUnits: 8, DevUnits: 15}, collect.StateMismatch},
+		{"other set", gpushare.ContainerEnv{GPUIndex: 0, GPUs: gpushare.NewGPUSet(0, 2), PodUnits: 8, ContainerUnits: 8, DevUnits: 15}, collect.StateMismatch},
+		{"per-GPU units", gpushare.ContainerEnv{GPUIndex: 0, GPUs: set, PodUnits: 8, ContainerUnits: 4, DevUnits: 15}, collect.StateMismatch},
+	}
+	for _, tc := range cases {
+		p := fixture.Record(base, gpushare.ContainerEnvs{"main": tc.env})
+		r := collect.Build([]corev1.Node{fixture.Node("n", "", 30, 2)}, []corev1.Pod{p})
+		n := r.Nodes[0]
+		if got := n.Pods[0].Containers[0].State; got != tc.want {
+			t.Errorf("%s: state %s, want %s", tc.name, got, tc.want)
+		}
+		// The charge reads from the assignment, whatever the record says.
+		if n.GPUs[0].Allocated != 4 || n.GPUs[1].Allocated != 4 {
+			t.Errorf("%s: GPUs %+v, want 4 and 4", tc.name, n.GPUs)
+		}
+	}
+}
+
+// A multi-GPU assignment that breaks the contract is skipped, not charged:
+// an uneven split, an index annotation that is not the set's first GPU,
+// containers on different sets, units that do not divide over the set.
+func TestMultiGPUBadAssignmentIsSkipped(t *testing.T) {
+	assign := func(name string, p corev1.Pod, idx int, units uint64, a gpushare.Allocation) corev1.Pod {
+		p.Name = name
+		return fixture.Assign(p, gpushare.PodAssignment{GPUIndex: idx, PodUnits: units, DevUnits: 15, AssumeTime: 1, Allocation: a})
+	}
+	one := fixture.Pod("d", "", "n", fixture.Container("main", 8))
+	two := fixture.Pod("d", "", "n", fixture.Container("a", 4), fixture.Container("b", 4))
+	odd := fixture.Pod("d", "", "n", fixture.Container("main", 4))
+	odd.Spec.InitContainers = []corev1.Container{fixture.Container("i", 3)}
+	pods := []corev1.Pod{
+		assign("uneven", one, 0, 8, gpushare.Allocation{0: {0: 3, 1: 5}}),
+		assign("wrong-idx", one, 1, 8, gpushare.Allocation{0: {0: 4, 1: 4}}),
+		assign("two-sets", two, 0, 8, gpushare.Allocation{0: {0: 2, 1: 2}, 1: {0: 2, 2: 2}}),
+		assign("odd-init", odd, 0, 4, gpushare.Allocation{0: {0: 2, 1: 2}}),
+		fixture.MultiGPUPod("d", "good", "n", 8, gpushare.NewGPUSet(0, 1), 15, true),
+	}
+	r := collect.Build([]corev1.Node{fixture.Node("n", "", 45, 3)}, pods)
+	var skipped []string
+	for _, s := range r.Skipped {
+		skipped = append(skipped, s.Name)
+	}
+	if got := strings.Join(skipped, ","); got != "odd-init,two-sets,uneven,wrong-idx" {
+		t.Errorf("skipped %s (%v)", got, r.Skipped)
+	}
+	if n := r.Nodes[0]; n.Allocated != 8 || len(n.Pods) != 1 || n.GPUs[0].Allocated != 4 || n.GPUs[1].Allocated != 4 || n.GPUs[2].Allocated != 0 {
+		t.Errorf("node %+v; want only good, 4 on GPUs 0 and 1", n)
+	}
+}
+
+// A multi-GPU pod bound without its assignment yet is pending with its whole request.
+func TestMultiGPUPending(t *testing.T) {
+	p := fixture.Pod("d", "p", "n", fixture.Container("main", 8))
+	p.Labels = map[string]string{gpushare.LabelPodGPUCount: "2"}
+	r := collect.Build([]corev1.Node{fixture.Node("n", "", 30, 2)}, []corev1.Pod{p})
+	n := r.Nodes[0]
+	if n.Pending != 8 || n.Allocated != 8 || !n.Pods[0].Pending || n.Pods[0].GPUSet != nil || n.Pods[0].Containers[0].GPUs != nil {
+		t.Errorf("node %+v", n)
+	}
 }

@@ -88,7 +88,13 @@ type Pod struct {
 	// Assigned mirrors ALIYUN_COM_GPU_MEM_ASSIGNED: the device plugin served the pod.
 	Assigned bool `json:"assigned"`
 	// GPUs are the units charged per GPU, sorted by index; empty when Pending.
+	// A multi-GPU pod is charged on each GPU of its set: its units / k on
+	// each of its k GPUs.
 	GPUs []GPUCharge `json:"gpus"`
+	// GPUSet lists, ascending, the GPUs a multi-GPU pod spans (issue 15):
+	// every gpu-mem container of the pod runs on all of them. Absent for
+	// pods whose containers each run on one GPU (split pods included).
+	GPUSet []int `json:"gpuSet,omitempty"`
 	// Containers are the containers asking for gpu-mem: init containers
 	// first, then regular ones, each in spec order.
 	Containers []Container `json:"containers"`
@@ -112,7 +118,7 @@ const (
 	StateAllocated = "allocated"
 	// StateNotAllocated: no environment recorded yet (the kubelet has not started the container).
 	StateNotAllocated = "not-allocated"
-	// StateMismatch: the recorded environment names another GPU or other units than the assignment.
+	// StateMismatch: the recorded environment names other GPUs or other units (in all or per GPU) than the assignment.
 	StateMismatch = "mismatch"
 	// StateUnrecorded: the pod is marked assigned but no per-container record exists (an older device plugin served it).
 	StateUnrecorded = "unrecorded"
@@ -124,8 +130,15 @@ type Container struct {
 	Init bool   `json:"init"`
 	// Units is the container's own request.
 	Units uint64 `json:"units"`
-	// GPU is the GPU the pod's annotations give this container; absent while the pod is pending.
+	// GPU is the GPU the pod's annotations give this container, the first
+	// of GPUs for a container on several; absent while the pod is pending.
 	GPU *int `json:"gpu,omitempty"`
+	// GPUs lists, ascending, every GPU of a container that runs on several
+	// (a multi-GPU pod); absent for a container on one GPU.
+	GPUs []int `json:"gpus,omitempty"`
+	// UnitsPerGPU is a multi-GPU container's units on each of its GPUs
+	// (Units / len(GPUs)); absent for a container on one GPU.
+	UnitsPerGPU uint64 `json:"unitsPerGPU,omitempty"`
 	// State is one of allocated, not-allocated, mismatch, unrecorded.
 	State string `json:"state"`
 	// Env is the gpushare environment the device plugin gave the container

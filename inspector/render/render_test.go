@@ -149,6 +149,9 @@ func TestGolden(t *testing.T) {
 		{"tiers-summary.txt", tieredCluster, summary},
 		{"tiers-details.txt", tieredCluster, details},
 		{"tiers.json", tieredCluster, jsonOut},
+		{"multigpu-summary.txt", multiGPUCluster, summary},
+		{"multigpu-details.txt", multiGPUCluster, details},
+		{"multigpu.json", multiGPUCluster, jsonOut},
 	}
 	for _, tc := range cases {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -281,6 +284,51 @@ func tieredCluster() ([]corev1.Node, []corev1.Pod) {
 			asks(fixture.SimplePod("default", "unreadable", "none-0", 5, 0, 15, false), "", "half"),
 			asks(fixture.SimplePod("default", "legacy", "old-0", 6, 1, 15, true), "none", ""),
 		}
+}
+
+// multiGPUCluster (issue 15): a node of our plugin with a 2-GPU pod, a 4-GPU
+// pod of two containers and an init container, and single-GPU pods beside
+// them; a node of the old plugin (sizes derived) with a 2-GPU pod the plugin
+// has not served yet. Every GPU holds each multi-GPU pod's units / k.
+func multiGPUCluster() ([]corev1.Node, []corev1.Pod) {
+	pub := fixture.WithGPUs(fixture.Node("multi-0", "10.6.0.1", 4*15, 4), published(gpushare.GiB, []uint64{15, 15, 15, 15}))
+	old := fixture.Node("multi-old", "10.6.0.2", 2*15, 2)
+
+	// main 12 and helper 4 run on all four GPUs (3 + 1 per GPU), the init
+	// container's 8 too (2 per GPU): max(2, 3+1) = 4 on each GPU, 16 in all.
+	four := fixture.Pod("ml", "train-4", "multi-0", fixture.Container("main", 12), fixture.Container("helper", 4), fixture.Container("log", 0))
+	four.Spec.InitContainers = []corev1.Container{fixture.Container("warmup", 8)}
+	four = fixture.RecordSet(fixture.MultiGPU(four, gpushare.NewGPUSet(0, 1, 2, 3), 15, true), gpushare.NewGPUSet(0, 1, 2, 3), 15)
+
+	single := fixture.Record(fixture.SimplePod("default", "single", "multi-0", 5, 2, 15, true),
+		gpushare.ContainerEnvs{"main": {GPUIndex: 2, PodUnits: 5, ContainerUnits: 5, DevUnits: 15}})
+	return []corev1.Node{old, pub},
+		[]corev1.Pod{
+			fixture.MultiGPUPod("ml", "train-2", "multi-0", 8, gpushare.NewGPUSet(0, 1), 15, true),
+			four, single,
+			fixture.SimplePod("default", "starting", "multi-0", 3, 0, 15, false),
+			fixture.MultiGPUPod("ml", "old-2", "multi-old", 6, gpushare.NewGPUSet(0, 1), 15, false),
+			fixture.SimplePod("default", "old-single", "multi-old", 2, 1, 15, true),
+		}
+}
+
+// A multi-GPU pod's -d rows: the pod on each GPU with its share there, and
+// each container on all its GPUs with its units per GPU.
+func TestMultiGPUDetails(t *testing.T) {
+	nodes, pods := multiGPUCluster()
+	var b bytes.Buffer
+	if err := render.Details(&b, collect.Build(nodes, pods)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"train-2      ml         4                4                0                0                \n",
+		"ml/train-2        main           8 (4/GPU)   0,1      NVIDIA_VISIBLE_DEVICES=0,1 GPUSHARE_GPU_COUNT=2 ALIYUN_COM_GPU_MEM_CONTAINER=8 ALIYUN_COM_GPU_MEM_DEV=15\n",
+		"ml/train-4        warmup (init)  8 (2/GPU)   0,1,2,3  ",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("details:\n%s\nwant the line\n%q", b.String(), want)
+		}
+	}
 }
 
 // A node whose plugin publishes tier none on every GPU is, in the summary,

@@ -162,6 +162,9 @@ func Details(w io.Writer, r *collect.Report) error {
 // its exact widths; nodes of the old plugin never get this section, so their
 // view stays byte for byte the old one.
 //
+// A container of a multi-GPU pod lists all its GPUs ("0,1") and its
+// request as "8 (4/GPU)"; containers on one GPU print as before.
+//
 // The ISOLATION column (what each pod's isolation annotations ask) appears
 // only on nodes where some pod sets them, so nodes without tiers keep the
 // section as it was.
@@ -183,7 +186,13 @@ func writeContainers(out *errWriter, n *collect.Node) {
 			if c.GPU != nil {
 				gpu = strconv.Itoa(*c.GPU)
 			}
-			row := p.Namespace + "/" + p.Name + "\t" + name + "\t" + u(c.Units) + "\t" + gpu + "\t"
+			request := u(c.Units)
+			if len(c.GPUs) > 1 {
+				// A container on several GPUs: all of them, and its share of each.
+				gpu = joinInts(c.GPUs)
+				request += " (" + u(c.UnitsPerGPU) + "/GPU)"
+			}
+			row := p.Namespace + "/" + p.Name + "\t" + name + "\t" + request + "\t" + gpu + "\t"
 			if asks {
 				row += podAsks(p) + "\t"
 			}
@@ -209,8 +218,9 @@ func podAsks(p collect.Pod) string {
 	return tier
 }
 
-// shownEnv are the variables a container limits itself with, in display order.
-var shownEnv = [...]string{gpushare.EnvVisibleDevices, gpushare.EnvContainerUnits, gpushare.EnvDevUnits, gpushare.EnvDisableIsolation,
+// shownEnv are the variables a container limits itself with, in display
+// order. GPUSHARE_GPU_COUNT is set only for a container on several GPUs.
+var shownEnv = [...]string{gpushare.EnvVisibleDevices, gpushare.EnvGPUCount, gpushare.EnvContainerUnits, gpushare.EnvDevUnits, gpushare.EnvDisableIsolation,
 	gpushare.EnvIsolation, gpushare.EnvComputePercent}
 
 // envCell shows the recorded limits, or why there are none.
@@ -341,6 +351,15 @@ func chargeOn(p collect.Pod, g int) uint64 {
 		}
 	}
 	return 0
+}
+
+// joinInts lists GPU indices as NVIDIA_VISIBLE_DEVICES does: "0,1".
+func joinInts(v []int) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
 }
 
 // u formats units.

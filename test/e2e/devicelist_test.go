@@ -182,7 +182,7 @@ func TestPluginDeviceListStrategies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := expectedEnv(pod, reqs, r, gpu, devUnits, gpushare.IsolationNone)
+			want := expectedEnv(pod, reqs, r, gpushare.NewGPUSet(gpu), devUnits, gpushare.IsolationNone)
 			key := "default/" + name + "/" + r.Name
 			if len(recorded[key]) == 0 {
 				t.Errorf("%s: no container reached the runtime", key)

@@ -47,7 +47,7 @@ func envMismatches(cp cluster.Checkpoint, pod *corev1.Pod, devUnits uint64) []st
 			out = append(out, fmt.Sprintf("pod %s container %s: %v", pod.Name, r.Name, err))
 			continue
 		}
-		want := expectedEnv(pod, reqs, r, gpu, devUnits, gpushare.IsolationNone)
+		want := expectedEnv(pod, reqs, r, gpushare.NewGPUSet(gpu), devUnits, gpushare.IsolationNone)
 		entry := findEntry(cp, string(pod.UID), r.Name)
 		if entry == nil {
 			out = append(out, fmt.Sprintf("pod %s container %s: no checkpoint entry", pod.Name, r.Name))

@@ -758,7 +758,7 @@ func wantEnv(p *corev1.Pod, container string, n *soakNode) (gpushare.ContainerEn
 		if err != nil || g < 0 || g >= len(n.sizes) {
 			return gpushare.ContainerEnv{}, false
 		}
-		return expectedEnv(p, reqs, r, g, n.sizes[g], gpushare.IsolationNone), true
+		return expectedEnv(p, reqs, r, gpushare.NewGPUSet(g), n.sizes[g], gpushare.IsolationNone), true
 	}
 	return gpushare.ContainerEnv{}, false
 }

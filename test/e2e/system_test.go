@@ -405,19 +405,20 @@ func (b *systemBed) verifySystem(t *testing.T, items []corev1.Pod) verified {
 		if ok && err != nil {
 			t.Errorf("pod %s: %s: %v", p.Name, gpushare.AnnotationContainerEnv, err)
 		}
-		gotGPU := map[string]int{}
+		gotSet := map[string]gpushare.GPUSet{}
 		for _, r := range reqs {
-			gpu, err := asg.GPUFor(r)
+			set, err := asg.SetFor(r)
 			if err != nil {
 				t.Errorf("pod %s container %s: %v", p.Name, r.Name, err)
 				continue
 			}
-			info, ok := node.gpus.GPU(gpu)
-			if !ok {
-				t.Errorf("pod %s container %s: annotations name GPU %d, node %s has none", p.Name, r.Name, gpu, p.Spec.NodeName)
+			gpu := set.First()
+			if missing := missingGPUs(node.gpus, set); missing != "" {
+				t.Errorf("pod %s container %s: annotations name GPUs %s, node %s has no %s", p.Name, r.Name, set, p.Spec.NodeName, missing)
 				continue
 			}
-			want := expectedEnv(p, reqs, r, gpu, info.Units, info.Isolation)
+			info, _ := node.gpus.GPU(gpu)
+			want := expectedEnv(p, reqs, r, set, info.Units, info.Isolation)
 			sigs = append(sigs, signature{pod: p.Name, container: r.Name, env: want, assume: asg.AssumeTime})
 			if v.gpusOfSize[r.Units] == nil {
 				v.gpusOfSize[r.Units] = map[int]bool{}
@@ -450,13 +451,13 @@ func (b *systemBed) verifySystem(t *testing.T, items []corev1.Pod) verified {
 				t.Errorf("pod %s container %s: checkpoint env %v: %v", p.Name, r.Name, entry.Envs, err)
 				continue
 			}
-			gotGPU[r.Name] = got.GPUIndex
+			gotSet[r.Name] = got.Set()
 			if got != want {
 				mismatches = append(mismatches, check{pod: p, container: r.Name, want: want, got: got})
 			}
 		}
-		if len(gotGPU) == len(reqs) {
-			v.byCheckpoint.add(p.Spec.NodeName, gpushare.ChargesByGPU(reqs, func(r gpushare.ContainerRequest) int { return gotGPU[r.Name] }))
+		if len(gotSet) == len(reqs) {
+			v.byCheckpoint.add(p.Spec.NodeName, gpushare.ChargesBySet(reqs, func(r gpushare.ContainerRequest) gpushare.GPUSet { return gotSet[r.Name] }))
 		}
 	}
 	for _, m := range mismatches {
