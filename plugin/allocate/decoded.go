@@ -14,11 +14,11 @@ import (
 type podInfo struct {
 	reqs     []gpushare.ContainerRequest // every gpu-mem container, init first
 	asg      gpushare.PodAssignment
-	placed   bool            // the pod carries the extender's assignment
-	recorded map[string]bool // containers in the pod's container-env record
+	placed   bool              // the pod carries the extender's assignment
+	recorded map[string]bool   // containers in the pod's container-env record
 	sets     []gpushare.GPUSet // GPUs of each entry of reqs (one, or a multi-GPU pod's set); nil when unplaced
-	charges  map[int]uint64  // units the pod charges per GPU; nil when unplaced
-	problem  string          // why the pod cannot be served; empty when it can
+	charges  map[int]uint64    // units the pod charges per GPU; nil when unplaced
+	problem  string            // why the pod cannot be served; empty when it can
 	// tier and percent are the pod's isolation wishes (gpushare.io/isolation,
 	// gpushare.io/compute-percent). A malformed one is tierProblem: it keeps
 	// the pod from being served but not from charging its GPU, which its

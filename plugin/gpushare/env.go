@@ -140,7 +140,7 @@ func checkGPUCount(env map[string]string, set GPUSet) error {
 	if !ok {
 		return nil
 	}
-	if n, reason := parseDigits(v, MaxGPUsPerNode); reason != "" || int(n) != set.Len() {
+	if n, reason := parseDigits(v, MaxGPUsPerNode); reason != "" || int(n) != set.Len() || strconv.Itoa(int(n)) != v {
 		return &EnvError{Key: EnvGPUCount, Value: v, Reason: "is not the number of GPUs in " + EnvGPUIndex + " (" + strconv.Itoa(set.Len()) + ")"}
 	}
 	return nil

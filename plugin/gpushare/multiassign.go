@@ -1,6 +1,7 @@
 package gpushare
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -40,8 +41,11 @@ func (a Allocation) ContainerSet(c int) (set GPUSet, per uint64, ok bool, err er
 // set's first, are an *AssignmentError (ErrAssignmentMismatch).
 func (p PodAssignment) MultiSet() (GPUSet, error) {
 	var set GPUSet
-	for _, gpus := range p.Allocation {
-		if len(gpus) > 1 {
+	containers := slices.Sorted(maps.Keys(p.Allocation))
+	// The lowest container on several GPUs sets the pod's set, so a
+	// mismatch always blames the same container.
+	for _, c := range containers {
+		if gpus := p.Allocation[c]; len(gpus) > 1 {
 			set = setOf(gpus)
 			break
 		}
@@ -49,7 +53,7 @@ func (p PodAssignment) MultiSet() (GPUSet, error) {
 	if set == 0 {
 		return 0, nil
 	}
-	for _, c := range slices.Sorted(maps.Keys(p.Allocation)) {
+	for _, c := range containers {
 		if s := setOf(p.Allocation[c]); s != set {
 			return 0, &AssignmentError{Index: c, Reason: "allocation puts it on GPUs " + s.String() + " and another container of its pod on " +
 				set.String() + "; a container on several GPUs shares them with every container of its pod", Err: ErrAssignmentMismatch}
@@ -99,6 +103,12 @@ func (p PodAssignment) SetFor(c ContainerRequest) (GPUSet, error) {
 	s, per, ok, err := p.Allocation.ContainerSet(c.Index)
 	switch {
 	case err != nil:
+		var ae *AssignmentError
+		if errors.As(err, &ae) {
+			named := *ae
+			named.Container = c.Name
+			return 0, &named
+		}
 		return 0, err
 	case !ok:
 		return 0, mismatch("the allocation annotation has no entry for this container")

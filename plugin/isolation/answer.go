@@ -49,9 +49,9 @@ type Config struct {
 
 // Request is everything an answer depends on.
 type Request struct {
-	Env  gpushare.ContainerEnv // the container's decision; Env.Isolation selects the tier
-	UUIDs []string             // the NVML UUIDs of Env's GPUs, in Env.Set()'s order
-	Unit gpushare.Unit         // the node's memory unit
+	Env   gpushare.ContainerEnv // the container's decision; Env.Isolation selects the tier
+	UUIDs []string              // the NVML UUIDs of Env's GPUs, in Env.Set()'s order
+	Unit  gpushare.Unit         // the node's memory unit
 	// CacheDir is a host directory created for this answer alone (hami-core
 	// only): HAMi-core accounts a container's memory in a file there, and
 	// must not share it with another container.
