@@ -118,10 +118,11 @@ type SizeShare struct {
 }
 
 // SizeShares returns the workload's sizes and their shares, smallest first.
+// A multi-GPU pod counts as its share of one GPU (Pod.PerGPU).
 func SizeShares(pods []Pod) []SizeShare {
 	h := map[uint64]int{}
 	for _, p := range pods {
-		h[p.GiB]++
+		h[p.PerGPU()]++
 	}
 	out := make([]SizeShare, 0, len(h))
 	for _, sc := range countsOf(h) {

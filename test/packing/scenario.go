@@ -23,20 +23,37 @@ func (s Scenario) File() string { return s.Name + ".jsonl.gz" }
 type Run struct {
 	Policy allocator.Policy
 	Ties   Tie
+	Blind  bool // nodes publish no topology (Options.Blind)
 }
 
-// Name is how reports label r: the policy, with "/random" for random ties.
+// Name is how reports label r: the policy, with "/random" for random ties
+// and "/blind" for a topology-blind run.
 func (r Run) Name() string {
+	name := r.Policy.String()
 	if r.Ties == TieRandom {
-		return r.Policy.String() + "/random"
+		name += "/random"
 	}
-	return r.Policy.String()
+	if r.Blind {
+		name += "/blind"
+	}
+	return name
 }
 
 // Runs are the settings every scenario is replayed with: the three policies
 // with the lowest node winning ties, and the default policy with random ties.
 func Runs() []Run {
 	return []Run{{Policy: allocator.BestFit}, {Policy: allocator.FirstFit}, {Policy: allocator.Spread}, {Policy: allocator.BestFit, Ties: TieRandom}}
+}
+
+// RunsFor are the settings s is replayed with: Runs, and for a workload of
+// multi-GPU pods the default policy topology-blind too, the baseline the
+// topology-aware choice is measured against.
+func RunsFor(s Scenario) []Run {
+	runs := Runs()
+	if s.Gen.Mix.MultiGPU() {
+		runs = append(runs, Run{Policy: allocator.BestFit, Blind: true})
+	}
+	return runs
 }
 
 // scenario builds a scenario whose horizon and warm-up count in mean lifetimes.
@@ -63,6 +80,7 @@ func Scenarios() []Scenario {
 		scenario("small-uniform", SmallFleet(), UniformMix(), 4, 1.2, 40, 4),
 		scenario("small-notebook", SmallFleet(), NotebookMix(), 5, 1.2, 40, 4),
 		scenario("mixed-bimodal", MixedFleet(), BimodalMix(), 6, 1.2, 6, 2),
+		scenario("islands-multigpu", IslandsFleet(), MultiGPUMix(), 8, 1.0, 4, 2),
 	}
 }
 
@@ -74,8 +92,13 @@ func (s Scenario) Validate() error {
 	if err := s.Gen.Mix.Validate(); err != nil {
 		return err
 	}
-	if s.Gen.Mix.MaxGiB() > s.Fleet.LargestGiB() {
-		return fmt.Errorf("scenario %s: pods of %d GiB, largest GPU %d GiB", s.Name, s.Gen.Mix.MaxGiB(), s.Fleet.LargestGiB())
+	if s.Gen.Mix.MaxPerGPU() > s.Fleet.LargestGiB() {
+		return fmt.Errorf("scenario %s: pods of %d GiB per GPU, largest GPU %d GiB", s.Name, s.Gen.Mix.MaxPerGPU(), s.Fleet.LargestGiB())
+	}
+	for _, b := range s.Gen.Mix.Sizes {
+		if k := max(1, b.GPUs); b.Weight > 0 && !s.Fleet.Holds(k, b.Max/uint64(k)) {
+			return fmt.Errorf("scenario %s: no node holds the pods of %d GPUs of %d GiB", s.Name, k, b.Max)
+		}
 	}
 	if s.Gen.CapacityGiB != s.Fleet.CapacityGiB() {
 		return fmt.Errorf("scenario %s: workload sized for %d GiB, fleet has %d", s.Name, s.Gen.CapacityGiB, s.Fleet.CapacityGiB())
@@ -199,7 +222,7 @@ func RunScenario(s Scenario, pods []Pod, runs []Run) (Report, error) {
 	rep.Fill.BoundGiB = s.Fleet.CapacityGiB()
 	rep.Fill.FFD = FillReference(s.Fleet, pods)
 	for i, r := range runs {
-		opt := Options{Policy: r.Policy, Ties: r.Ties, Seed: s.Gen.Seed + uint64(i)}
+		opt := Options{Policy: r.Policy, Ties: r.Ties, Seed: s.Gen.Seed + uint64(i), Blind: r.Blind}
 		f, err := Fill(s.Fleet, pods, opt)
 		if err != nil {
 			return Report{}, fmt.Errorf("%s %s fill: %w", s.Name, r.Name(), err)

@@ -43,8 +43,16 @@ type Options struct {
 	// largest free GPU is smaller than the pod, and in a retry round a pod no
 	// smaller than one that already failed in that round. Both shortcuts hold
 	// only because every pod is one container and nothing is in flight;
-	// tests check that they change no result.
+	// tests check that they change no result. For multi-GPU pods a node is
+	// skipped when its largest free GPU is smaller than the pod's share of
+	// one GPU, and a pod when one of no more GPUs and no larger share
+	// already failed in that round.
 	Exhaustive bool
+	// Blind leaves every node's Links zero (an unknown topology, as from a
+	// device plugin that predates links), so multi-GPU sets are chosen by
+	// best fit alone: the topology-blind baseline. Whether a set honours
+	// the topology is still judged by the fleet's real links.
+	Blind bool
 }
 
 // ErrBookkeeping is a broken invariant of the simulation: a GPU charged over
@@ -61,12 +69,82 @@ type cluster struct {
 	capacity  uint64
 	allocated uint64 // GiB charged, fleet-wide
 	cards     int    // GPUs with something charged
+	// truth is every node's real topology, which Blind hides from the
+	// allocator but not from the measurement.
+	truth []allocator.LinkScores
+	topo  TopologyStats
 }
 
-// placed is where a pod went: its node and the GiB charged per GPU index.
+// placed is where a pod went: its node and the GiB charged per GPU index,
+// and a multi-GPU pod's set.
 type placed struct {
 	node    int
 	charges map[int]uint64
+	set     gpushare.GPUSet
+}
+
+// TopologyStats is what a run did with multi-GPU pods (issue 15), over
+// every placement of the run: how many it placed, and how many of those got
+// a set whose every pair is NVLink-connected by the fleet's real links
+// (topology honoured), also in a blind run. Available counts the placements
+// made while some node of the fleet had such a set with room for the pod:
+// what a scheduler could have honoured at that moment, node choice included.
+type TopologyStats struct {
+	Placed    int          `json:"placed"`
+	Honoured  int          `json:"honoured"`
+	Available int          `json:"available"`
+	Rate      float64      `json:"honoured_rate"` // Honoured / Placed
+	ByCount   []CountStats `json:"by_count"`      // by GPUs per pod, fewest first
+}
+
+// CountStats is TopologyStats for the pods of one GPU count.
+type CountStats struct {
+	GPUs      int     `json:"gpus"`
+	Placed    int     `json:"placed"`
+	Honoured  int     `json:"honoured"`
+	Available int     `json:"available"`
+	Rate      float64 `json:"honoured_rate"`
+}
+
+// add counts one placement of a count-GPU pod.
+func (t *TopologyStats) add(count int, honoured, available bool) {
+	i := slices.IndexFunc(t.ByCount, func(c CountStats) bool { return c.GPUs == count })
+	if i < 0 {
+		t.ByCount = append(t.ByCount, CountStats{GPUs: count})
+		slices.SortFunc(t.ByCount, func(a, b CountStats) int { return a.GPUs - b.GPUs })
+		i = slices.IndexFunc(t.ByCount, func(c CountStats) bool { return c.GPUs == count })
+	}
+	b := func(x bool) int {
+		if x {
+			return 1
+		}
+		return 0
+	}
+	c := &t.ByCount[i]
+	c.Placed++
+	c.Honoured += b(honoured)
+	c.Available += b(available)
+	t.Placed++
+	t.Honoured += b(honoured)
+	t.Available += b(available)
+}
+
+// done fills the rates and returns a copy of t, or nil when the workload has
+// no multi-GPU pod (so single-GPU reports stay as they were).
+func (t TopologyStats) done(pods []Pod) *TopologyStats {
+	if !slices.ContainsFunc(pods, func(p Pod) bool { return p.Count() > 1 }) {
+		return nil
+	}
+	t.ByCount = slices.Clone(t.ByCount)
+	if t.Placed > 0 {
+		t.Rate = float64(t.Honoured) / float64(t.Placed)
+	}
+	for i := range t.ByCount {
+		if c := &t.ByCount[i]; c.Placed > 0 {
+			c.Rate = float64(c.Honoured) / float64(c.Placed)
+		}
+	}
+	return &t
 }
 
 func newCluster(f Fleet, opt Options) (*cluster, error) {
@@ -75,8 +153,13 @@ func newCluster(f Fleet, opt Options) (*cluster, error) {
 	}
 	c := &cluster{opt: opt, nodes: f.Nodes(), capacity: f.CapacityGiB(), rng: rand.New(rand.NewPCG(opt.Seed, 0x5851f42d4c957f2d))}
 	c.maxFree = make([]uint64, len(c.nodes))
+	c.truth = make([]allocator.LinkScores, len(c.nodes))
 	for i := range c.nodes {
 		c.maxFree[i] = largestFree(&c.nodes[i])
+		c.truth[i] = c.nodes[i].Links
+		if opt.Blind {
+			c.nodes[i].Links = allocator.LinkScores{}
+		}
 	}
 	return c, nil
 }
@@ -91,20 +174,60 @@ func largestFree(n *allocator.Node) uint64 {
 	return m
 }
 
-// request is the allocator's view of a one-container pod.
+// request is the allocator's view of a one-container pod; a multi-GPU pod
+// asks, as aliyun.com/gpu-count does, for GiB/GPUs on each of GPUs GPUs
+// (preferred topology: links are not required).
 func request(p Pod) allocator.Request {
 	cs := []gpushare.ContainerRequest{{Name: "main", Index: 0, Units: p.GiB}}
-	return allocator.Request{Pod: "default/pod-" + strconv.Itoa(p.ID), Containers: cs, Units: gpushare.PodUnits(cs)}
+	r := allocator.Request{Pod: "default/pod-" + strconv.Itoa(p.ID), Containers: cs, Units: gpushare.PodUnits(cs)}
+	if p.Count() > 1 {
+		r.GPUs = gpushare.MultiGPU{Count: p.Count()}
+	}
+	return r
+}
+
+// nvlinkSet reports whether every pair of set's GPUs on node i is
+// NVLink-connected by the node's real links.
+func (c *cluster) nvlinkSet(i int, set gpushare.GPUSet) bool {
+	var pos []int
+	for k, g := range c.nodes[i].GPUs {
+		if set.Has(g.Index) {
+			pos = append(pos, k)
+		}
+	}
+	for x, a := range pos {
+		for _, b := range pos[x+1:] {
+			if !c.truth[i].NVLink(a, b) {
+				return false
+			}
+		}
+	}
+	return len(pos) > 1
+}
+
+// nvlinkRoom reports whether some node has count NVLink-connected GPUs
+// (by its real links) with per GiB free each.
+func (c *cluster) nvlinkRoom(count int, per uint64) bool {
+	for i := range c.nodes {
+		if c.maxFree[i] < per || !c.truth[i].Known() {
+			continue
+		}
+		if _, unfit := allocator.ChooseSet(c.nodes[i].GPUs, nil, c.truth[i], count, per, true); unfit == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // place runs filter, prioritize and bind for p; false when no node passes.
 func (c *cluster) place(p Pod) (placed, bool, error) {
 	r := request(p)
+	per := p.PerGPU()
 	best, ties := -1, 0
 	var bestScore int64
 	var bestPlacement allocator.Placement
 	for i := range c.nodes {
-		if !c.opt.Exhaustive && c.maxFree[i] < r.Units {
+		if !c.opt.Exhaustive && c.maxFree[i] < per {
 			continue
 		}
 		n := &c.nodes[i]
@@ -126,7 +249,13 @@ func (c *cluster) place(p Pod) (placed, bool, error) {
 	if best < 0 {
 		return placed{}, false, nil
 	}
-	out := placed{node: best, charges: allocator.Charges(r, bestPlacement)}
+	out := placed{node: best, charges: allocator.Charges(r, bestPlacement), set: bestPlacement.Set}
+	if m := p.Count(); m > 1 {
+		if out.set.Len() != m || len(out.charges) != m {
+			return placed{}, false, fmt.Errorf("%w: pod %d asks for %d GPUs, got %v", ErrBookkeeping, p.ID, m, out.charges)
+		}
+		c.topo.add(m, c.nvlinkSet(best, out.set), c.nvlinkRoom(m, per))
+	}
 	return out, true, c.apply(out, true)
 }
 
@@ -205,6 +334,8 @@ type FillResult struct {
 	Capacity    uint64  `json:"capacity_gib"` // the fleet's memory
 	RatioFFD    float64 `json:"ratio_to_ffd"` // PlacedGiB over the FFD reference's (filled by Compare)
 	FFDPods     int     `json:"ffd_pods"`     // the FFD reference's prefix length (filled by Compare)
+	// Topology is the multi-GPU pods' placements; nil for workloads without.
+	Topology *TopologyStats `json:"topology,omitempty"`
 }
 
 // Fill places pods in arrival order on the empty fleet, without departures,
@@ -234,18 +365,31 @@ func Fill(f Fleet, pods []Pod, opt Options) (FillResult, error) {
 	res.Fraction = float64(res.PlacedGiB) / float64(c.capacity)
 	res.FreeGiB = c.capacity - c.allocated
 	res.LargestFree = slices.Max(c.maxFree)
+	res.Topology = c.topo.done(pods)
 	return res, nil
 }
 
 // FillReference is the FFD reference for Fill: the longest prefix of the
-// arrivals that FFD packs whole into the empty fleet.
+// arrivals that FFD packs whole into the empty fleet. A multi-GPU pod is
+// its GPUs' shares, packed as that many independent items (a relaxation:
+// FFD may put them on one GPU or on different nodes).
 func FillReference(f Fleet, pods []Pod) FillResult {
-	items := make([]uint64, len(pods))
+	items := make([]uint64, 0, len(pods))
+	ends := make([]int, len(pods)) // items of pods[:i+1]
 	for i, p := range pods {
-		items[i] = p.GiB
+		for range p.Count() {
+			items = append(items, p.PerGPU())
+		}
+		ends[i] = len(items)
 	}
 	bins := f.Bins()
-	k, r := FFDPrefix(bins, items)
+	var k int
+	var r FFDResult
+	if len(items) == len(pods) {
+		k, r = FFDPrefix(bins, items)
+	} else {
+		k, r = ffdPodPrefix(bins, items, ends)
+	}
 	res := FillResult{Policy: "ffd", Pods: k, PlacedGiB: r.PlacedGiB, CardsOpened: r.BinsUsed, Complete: k == len(pods),
 		Capacity: f.CapacityGiB(), CardsTotal: len(bins), FFDPods: k, RatioFFD: 1}
 	if k < len(pods) {
@@ -254,6 +398,33 @@ func FillReference(f Fleet, pods []Pod) FillResult {
 	res.Fraction = float64(res.PlacedGiB) / float64(res.Capacity)
 	res.FreeGiB = res.Capacity - res.PlacedGiB
 	return res
+}
+
+// ffdPodPrefix is FFDPrefix over whole pods: the longest k such that FFD
+// packs items[:ends[k-1]], by the same bisection.
+func ffdPodPrefix(bins, items []uint64, ends []int) (int, FFDResult) {
+	packs := func(k int) (bool, FFDResult) {
+		n := 0
+		if k > 0 {
+			n = ends[k-1]
+		}
+		r := FFD(bins, items[:n])
+		return r.Unplaced == 0, r
+	}
+	if ok, r := packs(len(ends)); ok {
+		return len(ends), r
+	}
+	lo, hi := 0, len(ends)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if ok, _ := packs(mid); ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	_, r := packs(lo)
+	return lo, r
 }
 
 // ChurnOptions set a churn run.
@@ -297,6 +468,8 @@ type ChurnResult struct {
 	EndAllocatedGiB uint64 `json:"end_allocated_gib"`
 	// WaitMean is the mean time from arrival to placement of the placed pods, seconds.
 	WaitMean float64 `json:"wait_mean_s"`
+	// Topology is the multi-GPU pods' placements; nil for workloads without.
+	Topology *TopologyStats `json:"topology,omitempty"`
 }
 
 type departure struct {
@@ -341,13 +514,12 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 		horizon = math.Inf(1)
 	}
 	bins := f.Bins()
-	largest := f.LargestGiB()
 	sizes := SizeShares(pods)
 	res := ChurnResult{Policy: opt.Policy.String(), Ties: opt.Ties.String(), Capacity: c.capacity, Cards: len(bins)}
 	var (
 		deps     departures
 		pending  []int              // pod indices, arrival order
-		demand   = map[uint64]int{} // running + pending, per size
+		demand   = map[uint64]int{} // running + pending, per GPU share: a multi-GPU pod counts its GPUs
 		next     int                // next arrival
 		nSample  int
 		refCount int
@@ -365,11 +537,25 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 		waitSum += t - pods[i].At
 		return true, nil
 	}
+	// failed[m] is the smallest share of the pods of m GPUs that failed in
+	// this round: a pod of no fewer GPUs and no smaller share cannot fit,
+	// since free memory only shrinks within a round.
+	var failed [gpushare.MaxGPUsPerNode + 1]uint64
+	hopeless := func(p Pod) bool {
+		for m := 1; m <= p.Count(); m++ {
+			if failed[m] <= p.PerGPU() {
+				return true
+			}
+		}
+		return false
+	}
 	retry := func(t float64) error {
-		failed := uint64(math.MaxUint64)
+		for m := range failed {
+			failed[m] = math.MaxUint64
+		}
 		kept := pending[:0]
 		for _, i := range pending {
-			if !c.opt.Exhaustive && pods[i].GiB >= failed {
+			if !c.opt.Exhaustive && hopeless(pods[i]) {
 				kept = append(kept, i)
 				continue
 			}
@@ -378,7 +564,8 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 				return err
 			}
 			if !ok {
-				failed = min(failed, pods[i].GiB)
+				m := pods[i].Count()
+				failed[m] = min(failed[m], pods[i].PerGPU())
 				kept = append(kept, i)
 			}
 		}
@@ -391,8 +578,8 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 		smallest := uint64(0)
 		for _, i := range pending {
 			s.PendingGiB += pods[i].GiB
-			if smallest == 0 || pods[i].GiB < smallest {
-				smallest = pods[i].GiB
+			if per := pods[i].PerGPU(); smallest == 0 || per < smallest {
+				smallest = per
 			}
 		}
 		free := c.free()
@@ -427,7 +614,7 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 			if err := c.apply(d.at, false); err != nil {
 				return ChurnResult{}, err
 			}
-			demand[pods[d.pod].GiB]--
+			demand[pods[d.pod].PerGPU()] -= pods[d.pod].Count()
 			running--
 			res.Departures++
 			if err := retry(t); err != nil {
@@ -438,11 +625,11 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 		i := next
 		next++
 		res.Arrived++
-		if pods[i].GiB > largest {
+		if !f.Holds(pods[i].Count(), pods[i].PerGPU()) {
 			res.Rejected++
 			continue
 		}
-		demand[pods[i].GiB]++
+		demand[pods[i].PerGPU()] += pods[i].Count()
 		ok, err := start(i, t)
 		if err != nil {
 			return ChurnResult{}, err
@@ -462,5 +649,6 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 	if res.Placements > 0 {
 		res.WaitMean = waitSum / float64(res.Placements)
 	}
+	res.Topology = c.topo.done(pods)
 	return res, nil
 }

@@ -4,23 +4,42 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
 // Pod is one pod of a workload: it arrives at At, asks for GiB of GPU memory
-// on one GPU (one container), and runs for Life seconds once placed.
+// (one container), and runs for Life seconds once placed. With GPUs M > 1 it
+// is a multi-GPU pod (aliyun.com/gpu-count "M"): GiB/M on each of M GPUs of
+// one node; 0 or 1 is one GPU, and 0 is what workloads written before
+// multi-GPU pods read as.
 type Pod struct {
 	ID   int     `json:"id"`
-	At   float64 `json:"at"`   // seconds from the start
-	GiB  uint64  `json:"gib"`  // request, in allocator units (1 unit = 1 GiB)
-	Life float64 `json:"life"` // seconds it runs once placed
+	At   float64 `json:"at"`             // seconds from the start
+	GiB  uint64  `json:"gib"`            // request, in allocator units (1 unit = 1 GiB)
+	Life float64 `json:"life"`           // seconds it runs once placed
+	GPUs int     `json:"gpus,omitempty"` // GPUs it spans; 0 or 1: one
 }
 
-// SizeBand draws sizes uniformly from the integers Min..Max with relative Weight.
+// Count returns the number of GPUs p spans: 1 for a single-GPU pod.
+func (p Pod) Count() int { return max(1, p.GPUs) }
+
+// PerGPU returns the GiB p takes on each of its GPUs.
+func (p Pod) PerGPU() uint64 { return p.GiB / uint64(p.Count()) }
+
+// SizeBand draws sizes uniformly from the integers Min..Max with relative
+// Weight. With GPUs M > 1 its pods span M GPUs and sizes are drawn uniformly
+// from the multiples of M in Min..Max (both must be multiples of M), so that
+// each GPU gets a whole number of GiB.
 type SizeBand struct {
 	Weight float64 `json:"weight"`
 	Min    uint64  `json:"min_gib"`
 	Max    uint64  `json:"max_gib"`
+	GPUs   int     `json:"gpus,omitempty"`
 }
+
+// count is the band's GPUs per pod: 1 for single-GPU pods.
+func (b SizeBand) count() int { return max(1, b.GPUs) }
 
 // Lifetime is a lifetime distribution: "exp" (exponential with Mean) or
 // "lognormal" (mean Mean, shape Sigma: heavy-tailed, notebook-like).
@@ -55,6 +74,15 @@ func NotebookMix() Mix {
 		Life: Lifetime{Kind: "lognormal", Mean: 8 * 3600, Sigma: 1.2}}
 }
 
+// MultiGPUMix is the uniform mix's single-GPU pods (1-16 GiB, 90%) with
+// two-GPU pods of 16-64 GiB (5%) and four-GPU pods of 32-128 GiB (5%), so 8
+// to 32 GiB on each of their GPUs; an hour on average. Issue 15's packing
+// question: how often the multi-GPU pods get NVLink-connected GPUs.
+func MultiGPUMix() Mix {
+	return Mix{Name: "multigpu", Sizes: []SizeBand{{Weight: 0.9, Min: 1, Max: 16}, {Weight: 0.05, Min: 16, Max: 64, GPUs: 2}, {Weight: 0.05, Min: 32, Max: 128, GPUs: 4}},
+		Life: Lifetime{Kind: "exp", Mean: 3600}}
+}
+
 // MeanGiB returns the mean size of m.
 func (m Mix) MeanGiB() float64 {
 	var w, sum float64
@@ -74,12 +102,36 @@ func (m Mix) MaxGiB() uint64 {
 	return out
 }
 
+// MaxPerGPU returns the most m draws on one GPU.
+func (m Mix) MaxPerGPU() uint64 {
+	var out uint64
+	for _, b := range m.Sizes {
+		out = max(out, b.Max/uint64(b.count()))
+	}
+	return out
+}
+
+// MaxCount returns the most GPUs a pod of m spans.
+func (m Mix) MaxCount() int {
+	out := 1
+	for _, b := range m.Sizes {
+		out = max(out, b.count())
+	}
+	return out
+}
+
+// MultiGPU reports whether m draws multi-GPU pods.
+func (m Mix) MultiGPU() bool { return m.MaxCount() > 1 }
+
 // Validate reports a mix that cannot be drawn from.
 func (m Mix) Validate() error {
 	var w float64
 	for _, b := range m.Sizes {
-		if b.Weight < 0 || b.Min == 0 || b.Min > b.Max {
+		if b.Weight < 0 || b.Min == 0 || b.Min > b.Max || b.GPUs < 0 || b.GPUs > gpushare.MaxGPUsPerNode {
 			return fmt.Errorf("mix %s: bad size band %+v", m.Name, b)
+		}
+		if k := uint64(b.count()); b.Min%k != 0 || b.Max%k != 0 {
+			return fmt.Errorf("mix %s: size band %+v: sizes must be multiples of its %d GPUs", m.Name, b, k)
 		}
 		w += b.Weight
 	}
@@ -134,7 +186,8 @@ func Generate(g GenSpec) ([]Pod, error) {
 			}
 			u -= b.Weight
 		}
-		size := band.Min + rng.Uint64N(band.Max-band.Min+1)
+		k := uint64(band.count())
+		size := band.Min + k*rng.Uint64N((band.Max-band.Min)/k+1) // k = 1: the draw of single-GPU workloads
 		var life float64
 		switch g.Mix.Life.Kind {
 		case "exp":
@@ -143,13 +196,18 @@ func Generate(g GenSpec) ([]Pod, error) {
 			s := g.Mix.Life.Sigma
 			life = math.Exp(math.Log(g.Mix.Life.Mean) - s*s/2 + s*rng.NormFloat64())
 		}
-		pods = append(pods, Pod{ID: len(pods), At: math.Round(t), GiB: size, Life: max(1, math.Round(life))})
+		p := Pod{ID: len(pods), At: math.Round(t), GiB: size, Life: max(1, math.Round(life))}
+		if band.GPUs > 1 {
+			p.GPUs = band.GPUs
+		}
+		pods = append(pods, p)
 	}
 	return pods, nil
 }
 
 // CheckWorkload reports pods out of order, with duplicate or unordered IDs,
-// or with a zero size or a lifetime that is not positive.
+// with a zero size or a lifetime that is not positive, or multi-GPU pods
+// whose size their GPUs do not divide.
 func CheckWorkload(pods []Pod) error {
 	for i, p := range pods {
 		switch {
@@ -157,6 +215,10 @@ func CheckWorkload(pods []Pod) error {
 			return fmt.Errorf("pod %d has id %d: ids must be 0, 1, 2, ...", i, p.ID)
 		case p.GiB == 0:
 			return fmt.Errorf("pod %d asks for 0 GiB", p.ID)
+		case p.GPUs < 0 || p.GPUs > gpushare.MaxGPUsPerNode:
+			return fmt.Errorf("pod %d spans %d GPUs", p.ID, p.GPUs)
+		case p.GiB%uint64(p.Count()) != 0:
+			return fmt.Errorf("pod %d: %d GiB do not divide evenly over its %d GPUs", p.ID, p.GiB, p.GPUs)
 		case !(p.Life > 0) || math.IsInf(p.Life, 0):
 			return fmt.Errorf("pod %d lives %v s", p.ID, p.Life)
 		case math.IsNaN(p.At) || math.IsInf(p.At, 0) || p.At < 0:

@@ -81,11 +81,17 @@ func run(args []string, log io.Writer) error {
 			return fmt.Errorf("%s: the file was generated from %+v, the scenario says %+v: run with -generate", s.File(), spec, s.Gen)
 		}
 		start := time.Now()
-		rep, err := packing.RunScenario(s, pods, packing.Runs())
+		rep, err := packing.RunScenario(s, pods, packing.RunsFor(s))
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(log, "%-16s %6d pods  %v\n", s.Name, len(pods), time.Since(start).Round(time.Millisecond))
+		for _, c := range rep.Churn {
+			if t := c.Result.Topology; t != nil {
+				fmt.Fprintf(log, "  %-16s multi-GPU pods placed %d, topology honoured %d (%.1f%%), allocated %.2f%%\n",
+					c.Run, t.Placed, t.Honoured, 100*t.Rate, 100*c.Steady.Allocated)
+			}
+		}
 		res.Reports = append(res.Reports, rep)
 	}
 	if *out != "" {

@@ -99,6 +99,7 @@ func tables(res Results) string {
 				s.Pending, s.PendingGiB, 100*s.Waiting, pct(s.Cards), pct(s.FFDCards), wait(c.Result.WaitMean))
 		}
 	}
+	w.WriteString(topologyTable(res))
 	w.WriteString("\n![allocated fraction over time per policy](img/packing-allocated.png)\n\n")
 	w.WriteString("![fragmented memory over time per policy](img/packing-fragmentation.png)\n\n")
 	w.WriteString("![stranded memory over time per policy](img/packing-stranded.png)\n\n")
@@ -113,4 +114,40 @@ func wait(s float64) string {
 		return fmt.Sprintf("%.0f min", s/60)
 	}
 	return fmt.Sprintf("%.1f h", s/3600)
+}
+
+// topologyTable renders the multi-GPU pods' placements of the scenarios
+// that have them; empty when none does.
+func topologyTable(res Results) string {
+	var w strings.Builder
+	for _, r := range res.Reports {
+		for i, c := range r.Churn {
+			t := c.Result.Topology
+			if t == nil {
+				continue
+			}
+			if w.Len() == 0 {
+				w.WriteString("\n#### Multi-GPU pods: topology honoured\n\n")
+				w.WriteString("Churn, over every multi-GPU placement of the run (warm-up included). honoured: every pair of the pod's GPUs is NVLink-connected " +
+					"(judged by the fleet's real links, also for the blind run). available: placements made while some node had such a set with room. " +
+					"blind: the same scheduler with nodes that publish no topology, so sets are chosen by best fit alone. allocated: steady state, as above.\n\n")
+				w.WriteString("| scenario | run | multi-GPU placed | honoured | 2 GPUs | 4 GPUs | available | allocated |\n|---|---|---|---|---|---|---|---|\n")
+			}
+			name := ""
+			if i == 0 {
+				name = r.Scenario.Name
+			}
+			byCount := func(n int) string {
+				for _, b := range t.ByCount {
+					if b.GPUs == n {
+						return fmt.Sprintf("%d/%d (%s)", b.Honoured, b.Placed, pct(b.Rate))
+					}
+				}
+				return ""
+			}
+			fmt.Fprintf(&w, "| %s | %s | %d | %d (%s) | %s | %s | %d | %s |\n", name, c.Run, t.Placed, t.Honoured, pct(t.Rate),
+				byCount(2), byCount(4), t.Available, pct(c.Steady.Allocated))
+		}
+	}
+	return w.String()
 }
