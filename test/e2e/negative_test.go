@@ -42,12 +42,12 @@ func envMismatches(cp cluster.Checkpoint, pod *corev1.Pod, devUnits uint64) []st
 	}
 	var out []string
 	for _, r := range reqs {
-		gpu, err := asg.GPUFor(r)
+		set, err := asg.SetFor(r)
 		if err != nil {
 			out = append(out, fmt.Sprintf("pod %s container %s: %v", pod.Name, r.Name, err))
 			continue
 		}
-		want := expectedEnv(pod, reqs, r, gpushare.NewGPUSet(gpu), devUnits, gpushare.IsolationNone)
+		want := expectedEnv(pod, reqs, r, set, devUnits, gpushare.IsolationNone)
 		entry := findEntry(cp, string(pod.UID), r.Name)
 		if entry == nil {
 			out = append(out, fmt.Sprintf("pod %s container %s: no checkpoint entry", pod.Name, r.Name))
@@ -64,8 +64,9 @@ func envMismatches(cp cluster.Checkpoint, pod *corev1.Pod, devUnits uint64) []st
 }
 
 // checkpointOvercommit sums, per GPU, the units every container of the given pods runs with by
-// the kubelet's checkpoint (the GPU and container units of its environment; init containers
-// count by the Kubernetes rule, as gpushare.ChargesByGPU does) and lists each GPU whose total
+// the kubelet's checkpoint (the GPUs and container units of its environment, split evenly over
+// a multi-GPU container's GPUs; init containers count by the Kubernetes rule, as
+// gpushare.ChargesBySet does) and lists each GPU whose total
 // exceeds gpuUnits: the over-commit check on what containers really got.
 func checkpointOvercommit(cp cluster.Checkpoint, pods []*corev1.Pod, gpuUnits uint64) []string {
 	used := map[int]uint64{}
@@ -75,11 +76,11 @@ func checkpointOvercommit(cp cluster.Checkpoint, pods []*corev1.Pod, gpuUnits ui
 		if err != nil {
 			continue
 		}
-		gpuOf := map[string]int{}
+		gpuOf := map[string]gpushare.GPUSet{}
 		for _, r := range reqs {
 			if e := findEntry(cp, string(pod.UID), r.Name); e != nil {
 				if env, err := gpushare.ParseContainerEnv(e.Envs); err == nil {
-					gpuOf[r.Name] = env.GPUIndex
+					gpuOf[r.Name] = env.Set()
 				}
 			}
 		}
@@ -89,7 +90,7 @@ func checkpointOvercommit(cp cluster.Checkpoint, pods []*corev1.Pod, gpuUnits ui
 				served = append(served, r)
 			}
 		}
-		for g, u := range gpushare.ChargesByGPU(served, func(r gpushare.ContainerRequest) int { return gpuOf[r.Name] }) {
+		for g, u := range gpushare.ChargesBySet(served, func(r gpushare.ContainerRequest) gpushare.GPUSet { return gpuOf[r.Name] }) {
 			used[g] += u
 			holders[g] = append(holders[g], pod.Name+"="+strconv.FormatUint(u, 10))
 		}
@@ -171,6 +172,9 @@ func (p *naivePlugin) Allocate(ctx context.Context, req *pluginapi.AllocateReque
 		}
 		p.served[name] = true
 		env := gpushare.ContainerEnv{GPUIndex: chosen.GPUIndex, PodUnits: n, ContainerUnits: n, DevUnits: p.gpuUnits, Isolation: gpushare.IsolationNone}
+		if set, _ := chosen.MultiSet(); set != 0 {
+			env.GPUs = set
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: env.Map()})
 	}
 	return resp, nil
@@ -219,9 +223,10 @@ func (p *naivePlugin) start(t *testing.T) {
 // The negative control: the checks the race-free and over-commit tests rely on (the kubelet's
 // checkpoint against the pods' annotations, and per-GPU totals of what containers really got) do
 // fail when the rules they guard are off. With the hold-back rule off (two in-flight pods of equal
-// size on different GPUs, annotated by hand) and no check on the node (a plugin without our
-// rules, as the old one), the kubelet serves the younger pod first and the two are swapped; two
-// more pods annotated onto a GPU that cannot hold them both run on it. The same checks that pass
+// size with different GPU sets, annotated by hand: the older on GPU 0, the younger split over GPUs
+// 0 and 1) and no check on the node (a plugin without our rules, as the old one), the kubelet
+// serves the younger pod first and the two are swapped, each running on the other's GPUs; two
+// more pods annotated onto a GPU that cannot hold them all run on it. The same checks that pass
 // in TestPluginManyPodsRaceFree and TestPluginRefusesOvercommit must report exactly these.
 func TestNegativeControlChecksCatchSwapAndOvercommit(t *testing.T) {
 	ctx := t.Context()
@@ -237,7 +242,7 @@ func TestNegativeControlChecksCatchSwapAndOvercommit(t *testing.T) {
 	waitCapacity(t, c, kubelet.Name(), 2*gpuUnits)
 
 	now := time.Now()
-	young := podSpec{name: "young", sizes: []int64{4}, gpus: []int{1}}.object(kubelet.Name(), gpuUnits, now.Add(10*time.Second))
+	young := podSpec{name: "young", sizes: []int64{4}, set: []int{0, 1}}.object(kubelet.Name(), gpuUnits, now.Add(10*time.Second))
 	old := podSpec{name: "old", sizes: []int64{4}, gpus: []int{0}}.object(kubelet.Name(), gpuUnits, now)
 	pods := createAll(t, c.Client(), []*corev1.Pod{young})
 	select { // the kubelet is serving young; old, matched first by the plugin, appears meanwhile
@@ -279,7 +284,7 @@ func TestNegativeControlChecksCatchSwapAndOvercommit(t *testing.T) {
 	}
 	over := checkpointOvercommit(cp, all, gpuUnits)
 	t.Logf("the over-commit check reports: %q", over)
-	if len(over) != 1 || !strings.Contains(over[0], "GPU 0 runs containers of 28 units") {
-		t.Errorf("the over-commit check should report GPU 0 with young 4 + big-a 12 + big-b 12 = 28 units; it reports %q", over)
+	if len(over) != 1 || !strings.Contains(over[0], "GPU 0 runs containers of 30 units") {
+		t.Errorf("the over-commit check should report GPU 0 with young 4 + old 2 (its half of young's two GPUs) + big-a 12 + big-b 12 = 30 units; it reports %q", over)
 	}
 }

@@ -140,6 +140,7 @@ type podSpec struct {
 	gpus   []int   // GPU of each regular container
 	init   int64   // units of a sidecar init container "setup" (0: none); it runs on gpus[0]
 	noAnno bool    // leave the extender's annotations off
+	set    []int   // a multi-GPU pod's GPUs, ascending: every container splits its units over them (gpus unused)
 }
 
 // object builds the pod bound to node with the annotations the extender writes at bind.
@@ -159,6 +160,13 @@ func (s podSpec) object(node string, devUnits uint64, assume time.Time) *corev1.
 	alloc := gpushare.Allocation{}
 	for i, u := range s.sizes {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10", Resources: limits(u)})
+		if len(s.set) > 0 {
+			alloc[i] = gpushare.GPUUnits{}
+			for _, g := range s.set {
+				alloc[i][g] = uint64(u) / uint64(len(s.set))
+			}
+			continue
+		}
 		alloc[i] = gpushare.GPUUnits{s.gpus[i]: uint64(u)}
 	}
 	if s.noAnno {
@@ -168,7 +176,8 @@ func (s podSpec) object(node string, devUnits uint64, assume time.Time) *corev1.
 	if err != nil {
 		panic(err)
 	}
-	a := gpushare.PodAssignment{GPUIndex: s.gpus[0], PodUnits: gpushare.PodUnits(reqs), DevUnits: devUnits,
+	first := append(slices.Clone(s.set), s.gpus...)[0]
+	a := gpushare.PodAssignment{GPUIndex: first, PodUnits: gpushare.PodUnits(reqs), DevUnits: devUnits,
 		AssumeTime: assume.UnixNano(), Allocation: alloc}
 	ann, err := a.Encode()
 	if err != nil {
