@@ -141,7 +141,8 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 			heldBy = why
 			continue
 		}
-		if best < 0 || n.Links.PreferSingle(n.GPUs, policy, i, best) {
+		if best < 0 || policy.better(g.Free(), n.GPUs[best].Free()) ||
+			n.Links.Known() && g.Free() == n.GPUs[best].Free() && n.Links.PreferSingle(n.GPUs, policy, i, best) {
 			best = i
 		}
 	}

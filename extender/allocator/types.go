@@ -150,11 +150,12 @@ func NewRequest(pod *corev1.Pod) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	multi, err := gpushare.PodMultiGPU(pod.Namespace+"/"+pod.Name, pod.Labels, pod.Annotations, reqs)
+	name := pod.Namespace + "/" + pod.Name
+	multi, err := gpushare.PodMultiGPU(name, pod.Labels, pod.Annotations, reqs)
 	if err != nil {
 		return Request{}, err
 	}
-	r := RequestOf(pod.Namespace+"/"+pod.Name, reqs)
+	r := RequestOf(name, reqs)
 	r.Isolation, r.GPUs = iso, multi
 	return r, nil
 }
