@@ -20,6 +20,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/preempt"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
@@ -104,7 +105,10 @@ type podState struct {
 	charges   map[int]uint64
 	podUnits  uint64 // the ALIYUN_COM_GPU_MEM_POD value, the plugin's view of the pod
 	inFlight  bool
-	assumed   bool
+	// priority and terminating are what preemption weighs (Holders).
+	priority    int32
+	terminating bool
+	assumed     bool
 	// unverified marks an assumed pod whose Binding got no definite answer
 	// (timeout, lost connection, 5xx) and whose outcome the binder could not
 	// read back: it may be bound, so it stays charged until verified.
@@ -263,6 +267,28 @@ func (c *Cache) Nodes(names []string) []*allocator.Node {
 	return out
 }
 
+// Holders returns node name's snapshot and the pods charged there, as
+// preemption weighs them; ok is false for a node the cache does not know.
+// A pod is evictable only when its charge is confirmed (bound, seen by the
+// informer or a LIST) and it is not terminating.
+func (c *Cache) Holders(name string) (*allocator.Node, []preempt.Holder, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[name]
+	if !ok || n.node == nil {
+		return nil, nil, false
+	}
+	out := make([]preempt.Holder, 0, len(n.pods))
+	for _, uid := range slices.Sorted(maps.Keys(n.pods)) {
+		p := n.pods[uid]
+		out = append(out, preempt.Holder{
+			UID: string(p.uid), Name: p.namespace + "/" + p.name, Priority: p.priority,
+			Charges: p.charges, Evictable: !p.assumed && !p.unverified && !p.terminating,
+		})
+	}
+	return n.view, out, true
+}
+
 // All returns the snapshots of every known node, sorted by name.
 func (c *Cache) All() []*allocator.Node {
 	c.mu.RLock()
@@ -339,7 +365,7 @@ func (c *Cache) Assume(pod *PodRecord, node string, policy allocator.Policy) (As
 	ps := &podState{
 		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: node,
 		req: r, placement: p, charges: allocator.Charges(r, p), podUnits: r.Units,
-		inFlight: true, assumed: true,
+		inFlight: true, assumed: true, priority: pod.Priority,
 	}
 	c.addLocked(ps)
 	return Assumption{Request: r, Placement: p}, nil
@@ -469,7 +495,7 @@ func (c *Cache) podStateOf(pod *PodRecord) (*podState, string) {
 	return &podState{
 		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: pod.NodeName,
 		req: r, placement: p, charges: allocator.Charges(r, p), podUnits: podUnits,
-		inFlight: !a.Assigned,
+		inFlight: !a.Assigned, priority: pod.Priority, terminating: pod.Terminating,
 	}, ""
 }
 

@@ -69,6 +69,9 @@ type PodRecord struct {
 	// zero included: a gpu-mem: 0 pod is the scheduler's to send us, a pod
 	// without the key is not (Requests keeps only non-zero requests).
 	NamesGPUMem bool
+	// Priority is spec.priority (0 when unset), which preemption weighs; in
+	// the padding after NamesGPUMem.
+	Priority int32
 }
 
 // RecordOf returns the record of pod; pod is not kept or modified.
@@ -97,6 +100,7 @@ func RecordOf(pod *corev1.Pod) *PodRecord {
 		GPUCount:        uint8(multi.Count), // at most MaxGPUsPerNode
 		LinksRequired:   multi.LinksRequired,
 		NamesGPUMem:     NamesGPUMem(pod),
+		Priority:        priorityOf(pod),
 	}
 }
 
@@ -198,4 +202,13 @@ func (r *PodRecord) DeepCopyObject() runtime.Object {
 	out.Annotations = maps.Clone(r.Annotations)
 	out.Requests = slices.Clone(r.Requests)
 	return &out
+}
+
+// priorityOf is the pod's spec.priority, 0 when the admission plugin has not
+// set one (the scheduler treats such pods the same).
+func priorityOf(pod *corev1.Pod) int32 {
+	if pod.Spec.Priority == nil {
+		return 0
+	}
+	return *pod.Spec.Priority
 }

@@ -13,8 +13,9 @@ import (
 
 // metrics are the extender's Prometheus series.
 type metrics struct {
-	latency *prometheus.HistogramVec
-	binds   *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	binds       *prometheus.CounterVec
+	preemptions *prometheus.CounterVec
 }
 
 // Bind outcomes, the values of the outcome label.
@@ -71,6 +72,11 @@ func newMetrics(reg prometheus.Registerer, nodes func() []*allocator.Node, level
 			Name: "gpushare_extender_binds_total",
 			Help: "Bind requests by outcome: bound, unfit (no longer fits the node), error.",
 		}, []string{"outcome"}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpushare_extender_preempt_nodes_total",
+			Help: "Candidate nodes of preempt requests by answer: chosen (victims on the GPUs the pod needs), " +
+				"unchanged (the scheduler's victims: GPU memory is not what keeps the pod off), dropped (no eviction makes it fit).",
+		}, []string{"outcome"}),
 	}
 	gpus := &gpuCollector{
 		nodes: nodes,
@@ -96,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, nodes func() []*allocator.Node, level
 		nodeHealthy: prometheus.NewDesc("gpushare_extender_node_healthy_gpus",
 			"A node's GPUs that may be chosen.", []string{"node"}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.latency, m.binds, gpus} {
+	for _, c := range []prometheus.Collector{m.latency, m.binds, m.preemptions, gpus} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

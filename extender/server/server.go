@@ -20,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/binder"
 	"github.com/gpushare/gpushare/extender/cache"
+	"github.com/gpushare/gpushare/extender/preempt"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
@@ -29,6 +30,7 @@ type Cache interface {
 	Nodes(names []string) []*allocator.Node
 	All() []*allocator.Node
 	Inspect(node string) (cache.Inspect, bool)
+	Holders(node string) (*allocator.Node, []preempt.Holder, bool)
 }
 
 // Binder carries out the bind verb.
@@ -91,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST "+p+"/filter", s.timed("filter", s.filter))
 	s.mux.HandleFunc("POST "+p+"/prioritize", s.timed("prioritize", s.prioritize))
 	s.mux.HandleFunc("POST "+p+"/bind", s.timed("bind", s.bind))
+	s.mux.HandleFunc("POST "+p+"/preempt", s.timed("preempt", s.preempt))
 	s.mux.HandleFunc("GET "+p+"/inspect", s.timed("inspect", s.inspect))
 	s.mux.HandleFunc("GET "+p+"/inspect/{node}", s.timed("inspect", s.inspect))
 	s.mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {

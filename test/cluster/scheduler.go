@@ -31,6 +31,7 @@ type Extender struct {
 	PrioritizeVerb   string
 	Weight           int64
 	BindVerb         string
+	PreemptVerb      string
 	EnableHTTPS      bool
 	TLS              *ExtenderTLS
 	NodeCacheCapable bool
@@ -74,6 +75,7 @@ func schedulerConfigJSON(cfg SchedulerConfig, kubeconfig string) ([]byte, error)
 		PrioritizeVerb   string     `json:"prioritizeVerb,omitempty"`
 		Weight           int64      `json:"weight,omitempty"`
 		BindVerb         string     `json:"bindVerb,omitempty"`
+		PreemptVerb      string     `json:"preemptVerb,omitempty"`
 		EnableHTTPS      bool       `json:"enableHTTPS"`
 		TLSConfig        *tlsConfig `json:"tlsConfig,omitempty"`
 		HTTPTimeout      string     `json:"httpTimeout,omitempty"`
@@ -102,7 +104,7 @@ func schedulerConfigJSON(cfg SchedulerConfig, kubeconfig string) ([]byte, error)
 	for _, e := range cfg.Extenders {
 		x := extender{
 			URLPrefix: e.URLPrefix, FilterVerb: e.FilterVerb, PrioritizeVerb: e.PrioritizeVerb,
-			Weight: e.Weight, BindVerb: e.BindVerb, EnableHTTPS: e.EnableHTTPS,
+			Weight: e.Weight, BindVerb: e.BindVerb, PreemptVerb: e.PreemptVerb, EnableHTTPS: e.EnableHTTPS,
 			NodeCacheCapable: e.NodeCacheCapable, Ignorable: e.Ignorable,
 		}
 		if e.HTTPTimeout > 0 {

@@ -87,7 +87,7 @@ func (e *extInstance) stop(t *testing.T) {
 func ourExtender(base string) cluster.Extender {
 	return cluster.Extender{
 		URLPrefix: base + gpushare.ExtenderURLPrefix, FilterVerb: "filter", PrioritizeVerb: "prioritize",
-		Weight: 1, BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
+		Weight: 1, BindVerb: "bind", PreemptVerb: "preempt", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
 		ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
 	}
 }

@@ -34,6 +34,7 @@ type extenderConfig struct {
 	PrioritizeVerb string `json:"prioritizeVerb"`
 	Weight         int64  `json:"weight"`
 	BindVerb       string `json:"bindVerb"`
+	PreemptVerb    string `json:"preemptVerb"`
 	EnableHTTPS    bool   `json:"enableHTTPS"`
 	TLS            *struct {
 		ServerName string `json:"serverName"`
@@ -68,7 +69,7 @@ func Extenders(config []byte, urlPrefix string, files func(string) string) ([]cl
 	for _, e := range cfg.Extenders {
 		x := cluster.Extender{
 			URLPrefix: urlPrefix, FilterVerb: e.FilterVerb, PrioritizeVerb: e.PrioritizeVerb, Weight: e.Weight,
-			BindVerb: e.BindVerb, EnableHTTPS: e.EnableHTTPS, NodeCacheCapable: e.NodeCacheCapable, Ignorable: e.Ignorable,
+			BindVerb: e.BindVerb, PreemptVerb: e.PreemptVerb, EnableHTTPS: e.EnableHTTPS, NodeCacheCapable: e.NodeCacheCapable, Ignorable: e.Ignorable,
 		}
 		if t := e.TLS; t != nil {
 			x.TLS = &cluster.ExtenderTLS{ServerName: t.ServerName, CAFile: files(t.CAFile), CertFile: files(t.CertFile), KeyFile: files(t.KeyFile)}

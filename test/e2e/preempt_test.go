@@ -1,0 +1,209 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// Priority classes of the preemption test: low and mid fill the node, high preempts, and bump
+// outranks only low.
+var preemptClasses = map[string]int32{"gs-low": 100, "gs-mid": 200, "gs-bump": 150, "gs-high": 1000}
+
+// preemptFill is the full node, in creation order, with the GPU best fit puts each pod on when
+// they come one at a time: GPU 0 two low 40s, GPU 1 two mid 40s, GPU 2 four low 20s, GPU 3 a low
+// 40 and two mid 20s, GPUs 4-7 a mid 80 each.
+var preemptFill = []struct {
+	name, class string
+	units       int64
+	gpu         int
+}{
+	{"a1", "gs-low", 40, 0}, {"a2", "gs-low", 40, 0},
+	{"b1", "gs-mid", 40, 1}, {"b2", "gs-mid", 40, 1},
+	{"c1", "gs-low", 20, 2}, {"c2", "gs-low", 20, 2}, {"c3", "gs-low", 20, 2}, {"c4", "gs-low", 20, 2},
+	{"d1", "gs-low", 40, 3}, {"d2", "gs-mid", 20, 3}, {"d3", "gs-mid", 20, 3},
+	{"e1", "gs-mid", 80, 4}, {"e2", "gs-mid", 80, 5}, {"e3", "gs-mid", 80, 6}, {"e4", "gs-mid", 80, 7},
+}
+
+func classPod(name, class string, units int64) *corev1.Pod {
+	p := (sysPod{name: name, sizes: []int64{units}}).object()
+	p.Spec.PriorityClassName = class
+	return p
+}
+
+// TestPreemptionFreesOneGPU: a full node of 8 × 80 GiB holding low- and mid-priority pods, through
+// the real kube-scheduler (its preemption calling our preempt verb), our extender and device
+// plugin. A high-priority pod of 80 GiB evicts exactly the two low pods of GPU 0 (the cheapest
+// GPU to free: the lowest priorities, the fewest pods) and runs there; one of 20 GiB evicts one
+// low 20 and nothing else; a pod of 80 GiB that outranks only the low pods, which free 80 GiB on
+// no single GPU, evicts nothing, although they free 200 GiB on the node (the scheduler's own
+// preemption, counting the node's total, would evict some). After every step every GPU's total
+// adds up in annotations and checkpoints, and every container's env equals its annotations.
+func TestPreemptionFreesOneGPU(t *testing.T) {
+	ctx := t.Context()
+	b := startSystem(t)
+	b.addNode(t, "pre-0", "simulated:dgxh100")
+	for name, value := range preemptClasses {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := b.client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range preemptFill {
+		createAll(t, b.client, []*corev1.Pod{classPod(f.name, f.class, f.units)})
+		p := b.waitAllRunning(t, map[string]*corev1.Pod{f.name: nil}, waitLong)[0]
+		if got := p.Annotations[gpushare.AnnotationGPUIndex]; got != fmt.Sprint(f.gpu) {
+			t.Fatalf("fill pod %s went to GPU %s, the test expects %d (best fit, one pod at a time)", f.name, got, f.gpu)
+		}
+	}
+	alive := map[string]bool{}
+	for _, f := range preemptFill {
+		alive[f.name] = true
+	}
+	b.auditPreemption(t, alive, "the full node")
+
+	steps := []struct {
+		pod     string
+		class   string
+		units   int64
+		evicted []string
+		gpu     int // -1: stays Pending
+	}{
+		{"h80", "gs-high", 80, []string{"a1", "a2"}, 0},
+		{"h20", "gs-high", 20, []string{"c1"}, 2},
+		{"bump80", "gs-bump", 80, nil, -1},
+	}
+	for _, s := range steps {
+		began := time.Now()
+		createAll(t, b.client, []*corev1.Pod{classPod(s.pod, s.class, s.units)})
+		if s.gpu < 0 {
+			b.waitPreemptionRefused(t, s.pod)
+		} else {
+			p := b.waitAllRunning(t, map[string]*corev1.Pod{s.pod: nil}, waitLong)[0]
+			if got := p.Annotations[gpushare.AnnotationGPUIndex]; got != fmt.Sprint(s.gpu) {
+				t.Errorf("%s runs on GPU %s, want %d", s.pod, got, s.gpu)
+			}
+			alive[s.pod] = true
+		}
+		gone := b.gonePods(t, alive)
+		if !slices.Equal(gone, s.evicted) {
+			t.Errorf("%s (%d units, %s): evicted %v, want exactly %v", s.pod, s.units, s.class, gone, s.evicted)
+		}
+		for _, g := range gone {
+			delete(alive, g)
+		}
+		t.Logf("%s (%d units, %s): evicted %v, %v", s.pod, s.units, s.class, gone, time.Since(began).Round(time.Millisecond))
+		b.auditPreemption(t, alive, "after "+s.pod)
+	}
+	// The answers came from our verb, not from the scheduler alone: two nodes answered with victims
+	// on one GPU, one dropped (bump80).
+	chosen, dropped := b.preemptAnswers(t, "chosen"), b.preemptAnswers(t, "dropped")
+	if chosen < 2 || dropped < 1 {
+		t.Errorf("the extender's preempt verb answered %v nodes with victims and dropped %v; want at least 2 and 1", chosen, dropped)
+	}
+}
+
+// preemptAnswers reads gpushare_extender_preempt_nodes_total{outcome} from the extender.
+func (b *systemBed) preemptAnswers(t *testing.T, outcome string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + b.extAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := `gpushare_extender_preempt_nodes_total{outcome="` + outcome + `"} `
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// gonePods lists, sorted, the pods of alive that are deleted or being deleted.
+func (b *systemBed) gonePods(t *testing.T, alive map[string]bool) []string {
+	t.Helper()
+	var gone []string
+	for _, name := range slices.Sorted(maps.Keys(alive)) {
+		p, err := b.client.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			gone = append(gone, name)
+		case err != nil:
+			t.Fatal(err)
+		case p.DeletionTimestamp != nil:
+			gone = append(gone, name)
+		}
+	}
+	return gone
+}
+
+// waitPreemptionRefused waits for the scheduler to give up on pod after trying preemption, and
+// checks that it nominated no node (a preemption that goes ahead nominates one before it evicts).
+func (b *systemBed) waitPreemptionRefused(t *testing.T, pod string) {
+	t.Helper()
+	if !hasEvent(t.Context(), t, b, pod, "FailedScheduling", "preemption:") {
+		t.Fatalf("pod %s: no FailedScheduling event reporting preemption", pod)
+	}
+	p, err := b.client.CoreV1().Pods("default").Get(t.Context(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
+		t.Errorf("pod %s: node %q, nominated %q; want neither", pod, p.Spec.NodeName, p.Status.NominatedNodeName)
+	}
+	t.Logf("pod %s stays Pending: %s", pod, unschedulable(p))
+}
+
+// auditPreemption waits until exactly the pods of alive exist (evicted ones gone for good), then
+// runs the system checks on them: checkpoint env against annotations, every GPU's total.
+func (b *systemBed) auditPreemption(t *testing.T, alive map[string]bool, when string) {
+	t.Helper()
+	pollUntil(t, waitLong, "evicted pods gone "+when, func() bool {
+		l, err := b.client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, p := range l.Items {
+			if !alive[p.Name] && p.Spec.NodeName != "" {
+				return false
+			}
+		}
+		return true
+	})
+	names := map[string]*corev1.Pod{}
+	for name := range alive {
+		names[name] = nil
+	}
+	items := b.waitAllRunning(t, names, waitLong)
+	v := b.verifySystem(t, items)
+	var used []string
+	for g, u := range v.byAnnotations["pre-0"] {
+		used = append(used, fmt.Sprintf("%d:%d", g, u))
+	}
+	slices.Sort(used)
+	t.Logf("%s: GPU units used %s", when, strings.Join(used, " "))
+}
