@@ -151,6 +151,16 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 	if err != nil {
 		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
 	}
+	return b.BindAssumed(ctx, pod, args.Node, assumed)
+}
+
+// BindAssumed sends the annotated Binding of pod to node for a placement the
+// caller has charged with Cache.Assume (the scheduler plugin's Reserve), and
+// settles the charge by the answer: kept on success, dropped when the API
+// server refuses the Binding, read back when the answer is lost (the same
+// rules as Bind, docs/design.md).
+func (b *Binder) BindAssumed(ctx context.Context, pod *cache.PodRecord, node string, assumed cache.Assumption) error {
+	args := extenderv1.ExtenderBindingArgs{PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: node}
 	binding, err := b.binding(pod, args, &assumed)
 	if err != nil {
 		b.cfg.Cache.Forget(pod.UID) // nothing was sent
@@ -169,7 +179,7 @@ func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) 
 			return err
 		}
 	}
-	b.log.Debug("bound", zap.String("pod", key), zap.String("node", args.Node),
+	b.log.Debug("bound", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", node),
 		zap.Int("gpu", assumed.Placement.Home), zap.Bool("split", assumed.Placement.Split))
 	return nil
 }

@@ -1,0 +1,237 @@
+package gpushareplugin
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/cache"
+	"github.com/gpushare/gpushare/extender/preempt"
+)
+
+const stateKey fwk.StateKey = Name
+
+// state is one pod's scheduling cycle: its request from PreFilter, what the
+// scheduler's preemption took off or put on each node in its what-ifs, and
+// the placement Reserve charged.
+type state struct {
+	record *cache.PodRecord
+	req    allocator.Request
+	// removed and added are, by node, the pods RemovePod took off (victims
+	// under evaluation) and the requests AddPod put on (pods nominated there).
+	removed map[string][]preempt.Holder
+	added   map[string][]allocator.Request
+	// assumed is set by Reserve; bindStarted once Bind sent the Binding,
+	// after which the binder, not Unreserve, settles the charge.
+	assumed     *cache.Assumption
+	bindStarted bool
+}
+
+// Clone copies the what-if maps, which RemovePod and AddPod change on the
+// clones the scheduler's preemption makes; the rest is shared.
+func (s *state) Clone() fwk.StateData {
+	c := *s
+	c.removed = maps.Clone(s.removed)
+	c.added = maps.Clone(s.added)
+	return &c
+}
+
+// stateOf returns the pod's cycle state, nil when PreFilter skipped the pod.
+func stateOf(cs fwk.CycleState) *state {
+	d, err := cs.Read(stateKey)
+	if err != nil {
+		return nil
+	}
+	s, _ := d.(*state)
+	return s
+}
+
+// PreFilter reads the pod's request; pods asking for no gpu-mem are skipped
+// (the other plugins and the default binder handle them). An unreadable
+// request is unresolvable, with the extender's reason.
+func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	rec := cache.RecordOf(pod)
+	if !rec.NamesGPUMem {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	req, err := rec.Request()
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if req.Units == 0 {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	cs.Write(stateKey, &state{record: rec, req: req, removed: map[string][]preempt.Holder{}, added: map[string][]allocator.Request{}})
+	return nil, nil
+}
+
+// PreFilterExtensions lets preemption's what-ifs reach Filter.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
+
+// AddPod puts a pod nominated to the node into the what-if.
+func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, add fwk.PodInfo, node fwk.NodeInfo) *fwk.Status {
+	s := stateOf(cs)
+	if s == nil {
+		return nil
+	}
+	req, err := cache.RecordOf(add.GetPod()).Request()
+	if err != nil || req.Units == 0 {
+		return nil
+	}
+	name := node.Node().Name
+	s.added[name] = append(slices.Clip(s.added[name]), req)
+	return nil
+}
+
+// RemovePod takes a victim under evaluation off the node in the what-if.
+func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, remove fwk.PodInfo, node fwk.NodeInfo) *fwk.Status {
+	s := stateOf(cs)
+	if s == nil {
+		return nil
+	}
+	name := node.Node().Name
+	_, holders, ok := p.cache.Holders(name)
+	if !ok {
+		return nil
+	}
+	uid := string(remove.GetPod().UID)
+	for _, h := range holders {
+		if h.UID == uid {
+			s.removed[name] = append(slices.Clip(s.removed[name]), h)
+		}
+	}
+	return nil
+}
+
+// view is the node as the cycle sees it: the cache's snapshot with the
+// what-if applied; nil for a node the cache does not know.
+func (p *Plugin) view(s *state, name string) *allocator.Node {
+	n, ok := p.cache.Node(name)
+	if !ok {
+		return nil
+	}
+	if victims := s.removed[name]; len(victims) > 0 {
+		n = preempt.Without(n, victims)
+	}
+	for _, r := range s.added[name] {
+		n = withPlaced(n, r, p.policy)
+	}
+	return n
+}
+
+// withPlaced returns n with r charged where Place puts it; n itself when r
+// does not fit (the nominated pod then holds nothing there).
+func withPlaced(n *allocator.Node, r allocator.Request, policy allocator.Policy) *allocator.Node {
+	pl, unfit := allocator.Place(n, r, policy)
+	if unfit != nil {
+		return n
+	}
+	out := *n
+	out.GPUs = slices.Clone(n.GPUs)
+	for g, u := range allocator.Charges(r, pl) {
+		for i := range out.GPUs {
+			if out.GPUs[i].Index == g {
+				out.GPUs[i].Used += u
+			}
+		}
+	}
+	return &out
+}
+
+// Filter places the pod on the node's GPUs as the extender's filter does,
+// with its reasons: unresolvable when evicting pods cannot help.
+func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node fwk.NodeInfo) *fwk.Status {
+	s := stateOf(cs)
+	if s == nil {
+		return nil
+	}
+	name := node.Node().Name
+	n := p.view(s, name)
+	if n == nil {
+		return fwk.NewStatus(fwk.Unschedulable, "node "+name+" is not in the gpushare cache")
+	}
+	if _, unfit := allocator.Place(n, s.req, p.policy); unfit != nil {
+		code := fwk.Unschedulable
+		if unfit.Unresolvable {
+			code = fwk.UnschedulableAndUnresolvable
+		}
+		return fwk.NewStatus(code, unfit.Reason)
+	}
+	return nil
+}
+
+// PreScore skips scoring for pods PreFilter skipped.
+func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if stateOf(cs) == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score is the extender's prioritize, scaled to the framework's range.
+func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node fwk.NodeInfo) (int64, *fwk.Status) {
+	s := stateOf(cs)
+	if s == nil {
+		return 0, nil
+	}
+	n, ok := p.cache.Node(node.Node().Name)
+	if !ok {
+		return 0, nil
+	}
+	return allocator.Score(n, s.req, p.policy) * (fwk.MaxNodeScore / maxExtenderPriority), nil
+}
+
+// maxExtenderPriority is allocator.Score's top (the extender API's 10).
+const maxExtenderPriority = 10
+
+// ScoreExtensions: the scores need no normalising.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// Reserve charges the pod's GPUs in the cache under its lock, re-checking
+// the fit, so no later pod of this scheduler takes them before the bind.
+func (p *Plugin) Reserve(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node string) *fwk.Status {
+	s := stateOf(cs)
+	if s == nil {
+		return nil
+	}
+	a, err := p.cache.Assume(s.record, node, p.policy)
+	if err != nil {
+		var unfit *allocator.Unfit
+		if errors.As(err, &unfit) {
+			return fwk.NewStatus(fwk.Unschedulable, unfit.Reason)
+		}
+		return fwk.AsStatus(err)
+	}
+	s.assumed = &a
+	return nil
+}
+
+// Unreserve drops the charge of a pod that is not going to be bound; once
+// the Binding was sent, the binder has settled the charge by its answer.
+func (p *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ string) {
+	s := stateOf(cs)
+	if s == nil || s.assumed == nil || s.bindStarted {
+		return
+	}
+	p.cache.Forget(pod.UID)
+	s.assumed = nil
+}
+
+// Bind sends the one annotated Binding; pods PreFilter skipped are left to
+// the default binder.
+func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, _ *corev1.Pod, node string) *fwk.Status {
+	s := stateOf(cs)
+	if s == nil || s.assumed == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	s.bindStarted = true
+	if err := p.binder.BindAssumed(ctx, s.record, node, *s.assumed); err != nil {
+		return fwk.AsStatus(err)
+	}
+	return nil
+}
