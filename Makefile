@@ -24,6 +24,7 @@ build: ## Compile every package and the programs into bin/
 
 test: ## Unit and component tests with the race detector, then every fuzz target briefly
 	$(GO) test -race -count=1 ./...
+	cd cmd/gpushare-scheduler && GOWORK=off $(GO) test -race -count=1 ./gpushareplugin/
 	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
 
 fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m)
@@ -49,9 +50,10 @@ bench: ## Benchmarks into BENCH_RAW (benchstat-compatible): every package BENCH_
 	$(BENCHREPORT) report -json docs/benchmarks/results.json -md docs/benchmarks.md $(BENCH_RAW)/go.txt $(BENCH_RAW)/e2e.txt $(BENCH_RAW)/memory.txt
 	$(GO) run ./test/packing/cmd/packbench -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
 
-lint: ## go vet on both modules' own code
+lint: ## go vet on the modules' own code
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
+	cd cmd/gpushare-scheduler && GOWORK=off $(GO) vet ./...
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
@@ -61,6 +63,7 @@ verify: ## Fail on gofmt drift, go vet findings or go mod tidy drift
 	$(MAKE) --no-print-directory lint
 	$(GO) mod tidy -diff
 	cd test/bed && GOWORK=off $(GO) mod tidy -diff
+	cd cmd/gpushare-scheduler && GOWORK=off $(GO) mod tidy -diff
 
 clean: ## Remove bin/ and the test cache (the test bed's binary cache stays: see test/bed/build.sh)
 	rm -rf bin

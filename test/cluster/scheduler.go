@@ -22,6 +22,12 @@ type SchedulerConfig struct {
 	ClientBurst int32
 	// Verbosity is the scheduler's klog level; zero means 2 (one line per scheduled pod).
 	Verbosity int
+	// Binary is the scheduler program; empty means the bed's kube-scheduler. A program built on
+	// kube-scheduler's command (gpushare-scheduler) takes the same flags.
+	Binary string
+	// Profiles, when set, is the configuration's profiles list as JSON, e.g. enabling an
+	// out-of-tree plugin the Binary carries.
+	Profiles json.RawMessage
 }
 
 // Extender is one entry of the scheduler's extenders list (kubescheduler.config.k8s.io/v1).
@@ -94,12 +100,14 @@ func schedulerConfigJSON(cfg SchedulerConfig, kubeconfig string) ([]byte, error)
 		ClientConnection clientConnection `json:"clientConnection"`
 		LeaderElection   map[string]bool  `json:"leaderElection"`
 		Extenders        []extender       `json:"extenders,omitempty"`
+		Profiles         json.RawMessage  `json:"profiles,omitempty"`
 	}
 	out := config{
 		APIVersion:       "kubescheduler.config.k8s.io/v1",
 		Kind:             "KubeSchedulerConfiguration",
 		ClientConnection: clientConnection{Kubeconfig: kubeconfig, QPS: cfg.ClientQPS, Burst: cfg.ClientBurst},
 		LeaderElection:   map[string]bool{"leaderElect": false},
+		Profiles:         cfg.Profiles,
 	}
 	for _, e := range cfg.Extenders {
 		x := extender{
@@ -147,7 +155,11 @@ func (c *Cluster) StartScheduler(ctx context.Context, cfg SchedulerConfig) error
 	if verbosity == 0 {
 		verbosity = 2
 	}
-	proc := newProcess("kube-scheduler", filepath.Join(c.bin, "kube-scheduler"), filepath.Join(c.dir, "kube-scheduler.log"), []string{
+	binary := cfg.Binary
+	if binary == "" {
+		binary = filepath.Join(c.bin, "kube-scheduler")
+	}
+	proc := newProcess("kube-scheduler", binary, filepath.Join(c.dir, "kube-scheduler.log"), []string{
 		"--config=" + configPath,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]),
 		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,

@@ -3,7 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -61,7 +65,7 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenOutsideEphemeral()
 		if err != nil {
 			return nil, err
 		}
@@ -69,6 +73,53 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// FreePort returns a loopback port that is free now and outside the kernel's ephemeral range,
+// for a server a test starts (and restarts) at a fixed address.
+func FreePort() (int, error) {
+	l, err := listenOutsideEphemeral()
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lowestPort is the bottom of the range free ports are drawn from: above the well-known and
+// registered services a test machine may run.
+const lowestPort = 10000
+
+// listenOutsideEphemeral listens on a random loopback port below the kernel's ephemeral range.
+// A port the kernel handed out (":0") comes from that range, where any outgoing connection may
+// take it as its local port between the time it is chosen and the time the server listens on it
+// (a 500-pod burst makes thousands of connections in that window: CI saw "address already in
+// use"); ports below the range are only ever taken by listeners.
+func listenOutsideEphemeral() (net.Listener, error) {
+	low := ephemeralLow()
+	for range 200 {
+		if low <= lowestPort+1000 {
+			break
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(lowestPort+rand.IntN(low-lowestPort)))
+		if err == nil {
+			return l, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's default when it
+// cannot be read).
+func ephemeralLow() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				return v
+			}
+		}
+	}
+	return 32768
 }
 
 // socketAnswers tells whether something accepts connections on a unix socket (a stale socket file

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -55,20 +54,24 @@ type systemNode struct {
 // call it for every pod asking for gpu-mem. Everything stops when the test ends.
 func startSystem(t *testing.T) *systemBed {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	return startSystemWith(t, func(extAddr string) cluster.SchedulerConfig {
+		return cluster.SchedulerConfig{ClientQPS: 500, ClientBurst: 1000, Extenders: []cluster.Extender{ourExtender("http://" + extAddr)}}
+	})
+}
+
+// startSystemWith starts the control plane, our extender in process and the scheduler sched
+// returns for the extender's address, after running each of before on the cluster.
+func startSystemWith(t *testing.T, sched func(extAddr string) cluster.SchedulerConfig, before ...func(*cluster.Cluster)) *systemBed {
+	t.Helper()
+	addr := "127.0.0.1:" + freeLoopbackPort(t)
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
+	for _, f := range before {
+		f(c)
+	}
 	b := &systemBed{c: c, client: c.Client(), extAddr: addr, nodes: map[string]*systemNode{}}
 	ext := startExtender(t, addr, b.client)
 	t.Cleanup(func() { ext.stop(t) })
-	if err := c.StartScheduler(t.Context(), cluster.SchedulerConfig{
-		ClientQPS: 500, ClientBurst: 1000,
-		Extenders: []cluster.Extender{ourExtender("http://" + addr)},
-	}); err != nil {
+	if err := c.StartScheduler(t.Context(), sched(addr)); err != nil {
 		t.Fatal(err)
 	}
 	return b

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,6 +26,9 @@ const (
 	SecondSchedulerConfigMap = "gpushare-scheduler-config"
 	SecondSchedulerConfigKey = "config.yaml"
 	SecondSchedulerName      = "gpushare-scheduler"
+	// PluginSchedulerDir holds gpushare-scheduler (kube-scheduler with the GPUShare plugin), an
+	// alternative to SecondSchedulerDir with the same names.
+	PluginSchedulerDir = "scheduler-plugin"
 )
 
 // extenderConfig mirrors kubescheduler.config.k8s.io/v1 Extender for the fields the manifests set.
@@ -119,7 +123,40 @@ func RewriteSchedulerConfig(config []byte, kubeconfig, urlPrefix string) ([]byte
 // SecondSchedulerConfig returns the KubeSchedulerConfiguration shipped in the second scheduler's
 // ConfigMap.
 func SecondSchedulerConfig(dir string) ([]byte, error) {
-	objs, err := Load(filepath.Join(dir, SecondSchedulerDir))
+	return configMapConfig(filepath.Join(dir, SecondSchedulerDir))
+}
+
+// PluginSchedulerConfig returns the KubeSchedulerConfiguration shipped for gpushare-scheduler
+// (manifests/scheduler-plugin), whose profile enables the GPUShare plugin.
+func PluginSchedulerConfig(dir string) ([]byte, error) {
+	return configMapConfig(filepath.Join(dir, PluginSchedulerDir))
+}
+
+// PluginSchedulerProfiles returns the profiles of PluginSchedulerConfig as JSON, every profile
+// renamed schedulerName (a test bed schedules its pods with the default name).
+func PluginSchedulerProfiles(dir, schedulerName string) (json.RawMessage, error) {
+	data, err := PluginSchedulerConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	var cfg struct {
+		Profiles []map[string]any `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return nil, err
+	}
+	if len(cfg.Profiles) == 0 {
+		return nil, fmt.Errorf("%s: no profiles", PluginSchedulerDir)
+	}
+	for _, p := range cfg.Profiles {
+		p["schedulerName"] = schedulerName
+	}
+	return json.Marshal(cfg.Profiles)
+}
+
+// configMapConfig returns the configuration in the scheduler ConfigMap of the manifests in dir.
+func configMapConfig(dir string) ([]byte, error) {
+	objs, err := Load(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +169,7 @@ func SecondSchedulerConfig(dir string) ([]byte, error) {
 			return []byte(data), nil
 		}
 	}
-	return nil, fmt.Errorf("%s has no ConfigMap %s", SecondSchedulerDir, SecondSchedulerConfigMap)
+	return nil, fmt.Errorf("%s has no ConfigMap %s", dir, SecondSchedulerConfigMap)
 }
 
 // SchedulerConfig reads the default scheduler's shipped configuration.
