@@ -46,6 +46,16 @@ func classPod(name, class string, units int64) *corev1.Pod {
 	return p
 }
 
+// preemptStep is one preemptor and what it must evict: gpu is where it then runs, -1 when it
+// stays Pending.
+type preemptStep struct {
+	pod     string
+	class   string
+	units   int64
+	evicted []string
+	gpu     int
+}
+
 // TestPreemptionFreesOneGPU: a full node of 8 × 80 GiB holding low- and mid-priority pods, through
 // the real kube-scheduler (its preemption calling our preempt verb), our extender and device
 // plugin. A high-priority pod of 80 GiB evicts exactly the two low pods of GPU 0 (the cheapest
@@ -55,8 +65,41 @@ func classPod(name, class string, units int64) *corev1.Pod {
 // preemption, counting the node's total, would evict some). After every step every GPU's total
 // adds up in annotations and checkpoints, and every container's env equals its annotations.
 func TestPreemptionFreesOneGPU(t *testing.T) {
-	ctx := t.Context()
 	b := startSystem(t)
+	b.runPreemption(t, []preemptStep{
+		{"h80", "gs-high", 80, []string{"a1", "a2"}, 0},
+		{"h20", "gs-high", 20, []string{"c1"}, 2},
+		{"bump80", "gs-bump", 80, nil, -1},
+	})
+	// The answers came from our verb, not from the scheduler alone: two nodes answered with victims
+	// on one GPU, one dropped (bump80).
+	chosen, dropped := b.preemptAnswers(t, "chosen"), b.preemptAnswers(t, "dropped")
+	if chosen < 2 || dropped < 1 {
+		t.Errorf("the extender's preempt verb answered %v nodes with victims and dropped %v; want at least 2 and 1", chosen, dropped)
+	}
+}
+
+// TestPluginModePreemption is the same node through gpushare-scheduler, whose preemption is
+// kube-scheduler's own with our Filter judging each what-if: every eviction frees room on the one
+// GPU the preemptor then runs on, never memory scattered over GPUs. The scheduler spares the oldest
+// pods first, so it evicts the newest GPU's pods (four low 20s for the 80 GiB pod, where the verb
+// evicts two low 40s); its victims are exactly these, predicted from that order. A pod that only
+// lower-priority pods could make room for, once none is left, evicts nothing.
+func TestPluginModePreemption(t *testing.T) {
+	b := startPluginSystem(t)
+	b.runPreemption(t, []preemptStep{
+		{"h80", "gs-high", 80, []string{"c1", "c2", "c3", "c4"}, 2},
+		{"h20", "gs-high", 20, []string{"d1"}, 3},
+		{"bump80", "gs-bump", 80, []string{"a1", "a2"}, 0},
+		{"bump80b", "gs-bump", 80, nil, -1},
+	})
+}
+
+// runPreemption fills node pre-0 (preemptFill), then creates each step's preemptor and checks
+// which pods it evicted and where it runs, auditing every GPU after every step.
+func (b *systemBed) runPreemption(t *testing.T, steps []preemptStep) {
+	t.Helper()
+	ctx := t.Context()
 	b.addNode(t, "pre-0", "simulated:dgxh100")
 	for name, value := range preemptClasses {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
@@ -76,18 +119,6 @@ func TestPreemptionFreesOneGPU(t *testing.T) {
 		alive[f.name] = true
 	}
 	b.auditPreemption(t, alive, "the full node")
-
-	steps := []struct {
-		pod     string
-		class   string
-		units   int64
-		evicted []string
-		gpu     int // -1: stays Pending
-	}{
-		{"h80", "gs-high", 80, []string{"a1", "a2"}, 0},
-		{"h20", "gs-high", 20, []string{"c1"}, 2},
-		{"bump80", "gs-bump", 80, nil, -1},
-	}
 	for _, s := range steps {
 		began := time.Now()
 		createAll(t, b.client, []*corev1.Pod{classPod(s.pod, s.class, s.units)})
@@ -109,12 +140,6 @@ func TestPreemptionFreesOneGPU(t *testing.T) {
 		}
 		t.Logf("%s (%d units, %s): evicted %v, %v", s.pod, s.units, s.class, gone, time.Since(began).Round(time.Millisecond))
 		b.auditPreemption(t, alive, "after "+s.pod)
-	}
-	// The answers came from our verb, not from the scheduler alone: two nodes answered with victims
-	// on one GPU, one dropped (bump80).
-	chosen, dropped := b.preemptAnswers(t, "chosen"), b.preemptAnswers(t, "dropped")
-	if chosen < 2 || dropped < 1 {
-		t.Errorf("the extender's preempt verb answered %v nodes with victims and dropped %v; want at least 2 and 1", chosen, dropped)
 	}
 }
 

@@ -45,11 +45,11 @@ func TestDecodeArgs(t *testing.T) {
 // one node's evaluation must not leak into the state Filter reads for another, or into the
 // original.
 func TestStateCloneIsolatesWhatIfs(t *testing.T) {
-	s := &state{removed: map[string][]preempt.Holder{"n1": {{UID: "a"}}}, added: map[string][]allocator.Request{}}
+	s := &state{removed: map[string][]preempt.Holder{"n1": {{UID: "a"}}}, added: map[string][]nominated{}}
 	c := s.Clone().(*state)
 	c.removed["n1"] = append(c.removed["n1"][:len(c.removed["n1"]):len(c.removed["n1"])], preempt.Holder{UID: "b"})
 	c.removed["n2"] = []preempt.Holder{{UID: "c"}}
-	c.added["n1"] = []allocator.Request{{Units: 4}}
+	c.added["n1"] = []nominated{{uid: "x", req: allocator.Request{Units: 4}}}
 	if len(s.removed["n1"]) != 1 || len(s.removed) != 1 || len(s.added) != 0 {
 		t.Errorf("the original changed with its clone: removed %v, added %v", s.removed, s.added)
 	}

@@ -23,9 +23,10 @@ type state struct {
 	record *cache.PodRecord
 	req    allocator.Request
 	// removed and added are, by node, the pods RemovePod took off (victims
-	// under evaluation) and the requests AddPod put on (pods nominated there).
+	// under evaluation) and the pods AddPod put on that were not taken off
+	// first (pods nominated there).
 	removed map[string][]preempt.Holder
-	added   map[string][]allocator.Request
+	added   map[string][]nominated
 	// assumed is set by Reserve; bindStarted once Bind sent the Binding,
 	// after which the binder, not Unreserve, settles the charge.
 	assumed     *cache.Assumption
@@ -39,6 +40,12 @@ func (s *state) Clone() fwk.StateData {
 	c.removed = maps.Clone(s.removed)
 	c.added = maps.Clone(s.added)
 	return &c
+}
+
+// nominated is a pod AddPod put on a node that holds nothing there yet.
+type nominated struct {
+	uid string
+	req allocator.Request
 }
 
 // stateOf returns the pod's cycle state, nil when PreFilter skipped the pod.
@@ -66,42 +73,52 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if req.Units == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	cs.Write(stateKey, &state{record: rec, req: req, removed: map[string][]preempt.Holder{}, added: map[string][]allocator.Request{}})
+	cs.Write(stateKey, &state{record: rec, req: req, removed: map[string][]preempt.Holder{}, added: map[string][]nominated{}})
 	return nil, nil
 }
 
 // PreFilterExtensions lets preemption's what-ifs reach Filter.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
 
-// AddPod puts a pod nominated to the node into the what-if.
+// AddPod puts a pod back on the node in the what-if: a victim RemovePod took
+// off returns to its own GPUs (preemption reprieving it); any other pod is
+// one nominated to the node, placed where it would go.
 func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, add fwk.PodInfo, node fwk.NodeInfo) *fwk.Status {
 	s := stateOf(cs)
 	if s == nil {
+		return nil
+	}
+	name, uid := node.Node().Name, string(add.GetPod().UID)
+	if i := slices.IndexFunc(s.removed[name], func(h preempt.Holder) bool { return h.UID == uid }); i >= 0 {
+		s.removed[name] = slices.Delete(slices.Clone(s.removed[name]), i, i+1)
 		return nil
 	}
 	req, err := cache.RecordOf(add.GetPod()).Request()
 	if err != nil || req.Units == 0 {
 		return nil
 	}
-	name := node.Node().Name
-	s.added[name] = append(slices.Clip(s.added[name]), req)
+	s.added[name] = append(slices.Clip(s.added[name]), nominated{uid: uid, req: req})
 	return nil
 }
 
-// RemovePod takes a victim under evaluation off the node in the what-if.
+// RemovePod takes a pod off the node in the what-if: a nominated pod AddPod
+// put there, or a victim under evaluation, with the GPUs it holds.
 func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, remove fwk.PodInfo, node fwk.NodeInfo) *fwk.Status {
 	s := stateOf(cs)
 	if s == nil {
 		return nil
 	}
-	name := node.Node().Name
+	name, uid := node.Node().Name, string(remove.GetPod().UID)
+	if i := slices.IndexFunc(s.added[name], func(n nominated) bool { return n.uid == uid }); i >= 0 {
+		s.added[name] = slices.Delete(slices.Clone(s.added[name]), i, i+1)
+		return nil
+	}
 	_, holders, ok := p.cache.Holders(name)
 	if !ok {
 		return nil
 	}
-	uid := string(remove.GetPod().UID)
 	for _, h := range holders {
-		if h.UID == uid {
+		if h.UID == uid && !slices.ContainsFunc(s.removed[name], func(r preempt.Holder) bool { return r.UID == uid }) {
 			s.removed[name] = append(slices.Clip(s.removed[name]), h)
 		}
 	}
@@ -118,8 +135,8 @@ func (p *Plugin) view(s *state, name string) *allocator.Node {
 	if victims := s.removed[name]; len(victims) > 0 {
 		n = preempt.Without(n, victims)
 	}
-	for _, r := range s.added[name] {
-		n = withPlaced(n, r, p.policy)
+	for _, a := range s.added[name] {
+		n = withPlaced(n, a.req, p.policy)
 	}
 	return n
 }
