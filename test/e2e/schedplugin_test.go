@@ -44,7 +44,7 @@ func startPluginSystem(t *testing.T) *systemBed {
 
 // grantPluginRole gives the bed's scheduler user the one right the shipped manifests add to
 // system:kube-scheduler for the plugin (its Role, bound to the user the bed's scheduler runs as).
-func grantPluginRole(t *testing.T, c *cluster.Cluster, dir string) {
+func grantPluginRole(t testing.TB, c *cluster.Cluster, dir string) {
 	t.Helper()
 	objs, err := manifests.Load(filepath.Join(dir, manifests.PluginSchedulerDir))
 	if err != nil {

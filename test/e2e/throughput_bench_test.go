@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/localcluster/manifests"
 )
 
 const (
@@ -32,10 +33,12 @@ const (
 )
 
 // BenchmarkSchedulingThroughput measures pods bound per second through the real kube-scheduler
-// on 100 GPU nodes (8 × 80 GiB), with the scheduler alone and with our extender (filter,
-// prioritize, bind) in its loop, at the scheduler's default client QPS (50) and at 500. Both
-// configurations run alternately on the same cluster and nodes in one benchmark, so the reported
-// ratio compares like with like. The extender is our shipped binary, a process of its own, and
+// on 100 GPU nodes (8 × 80 GiB), with the scheduler alone, with our extender (filter,
+// prioritize, bind) in its loop, and as gpushare-scheduler (the GPUShare plugin compiled in,
+// configured as manifests/scheduler-plugin ships it), at the scheduler's default client QPS (50)
+// and at 500. The configurations run in turn on the same cluster and nodes in one benchmark, so
+// the reported ratios (ratio: extender, ratio-plugin: plugin, each to the scheduler alone) compare
+// like with like. The extender is our shipped binary, a process of its own, and
 // runs only for the rounds that use it: alone, the cluster does not carry its watch. Each round
 // creates 500 pods of 4 GiB at once (16 writers) and stops the clock when the last one is bound.
 // It also reports the CPU time each process spent per pod bound in each round, which on a small
@@ -48,6 +51,18 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	klog.SetLogger(logr.Discard())
 	b.Cleanup(klog.ClearLogger)
 	bin, err := cluster.OwnBinaries(b.TempDir(), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pluginBin, err := cluster.BuildGPUShareScheduler(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir, err := manifests.Dir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	profiles, err := manifests.PluginSchedulerProfiles(dir, corev1.DefaultSchedulerName)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,7 +89,10 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 				BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
 				ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
 			}}
-			var aloneRate, extenderRate []float64
+			grantPluginRole(b, c, dir)
+			withPlugin := alone
+			withPlugin.Binary, withPlugin.Profiles = pluginBin, profiles
+			var aloneRate, extenderRate, pluginRate []float64
 			cpu := map[string][]float64{} // metric → ms per pod of each round
 			for i := 0; i < b.N; i++ {
 				ext.stop()
@@ -89,11 +107,20 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 				for proc, ms := range perPod {
 					cpu["cpu-ms/pod-"+proc+"-extender"] = append(cpu["cpu-ms/pod-"+proc+"-extender"], ms)
 				}
+				ext.stop()
+				rate, perPod = burstRate(b, c, withPlugin, fmt.Sprintf("plugin-%d", i))
+				pluginRate = append(pluginRate, rate)
+				for proc, ms := range perPod {
+					cpu["cpu-ms/pod-"+proc+"-plugin"] = append(cpu["cpu-ms/pod-"+proc+"-plugin"], ms)
+				}
 			}
 			a, e := median(aloneRate), median(extenderRate)
 			b.ReportMetric(a, "pods/s-scheduler")
 			b.ReportMetric(e, "pods/s-extender")
 			b.ReportMetric(e/a, "ratio")
+			p := median(pluginRate)
+			b.ReportMetric(p, "pods/s-plugin")
+			b.ReportMetric(p/a, "ratio-plugin")
 			for metric, ms := range cpu {
 				b.ReportMetric(median(ms), metric)
 			}
