@@ -283,7 +283,7 @@ func (c *Cache) Holders(name string) (*allocator.Node, []preempt.Holder, bool) {
 		p := n.pods[uid]
 		out = append(out, preempt.Holder{
 			UID: string(p.uid), Name: p.namespace + "/" + p.name, Priority: p.priority,
-			Charges: p.charges, Evictable: !p.assumed && !p.unverified && !p.terminating,
+			Charges: p.charges, Evictable: !p.assumed && !p.unverified && !p.terminating, Terminating: p.terminating,
 		})
 	}
 	return n.view, out, true

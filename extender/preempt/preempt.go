@@ -24,6 +24,8 @@ type Holder struct {
 	// assumed ones whose bind is not confirmed, and terminating ones, whose
 	// memory is on its way back already.
 	Evictable bool
+	// Terminating is a pod being deleted: its memory is on its way back.
+	Terminating bool
 }
 
 // Victims is a choice of pods to evict on one node.

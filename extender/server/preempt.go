@@ -121,6 +121,10 @@ func preemptNode(c Cache, policy allocator.Policy, node string, theirs *extender
 			out.NumPDBViolations++
 		}
 	}
+	if len(out.Pods) == 0 {
+		// Nothing to evict here; the scheduler refuses a node without victims.
+		return nil, preemptDropped
+	}
 	return out, preemptChosen
 }
 

@@ -127,13 +127,28 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 
 // view is the node as the cycle sees it: the cache's snapshot with the
 // what-if applied; nil for a node the cache does not know.
-func (p *Plugin) view(s *state, name string) *allocator.Node {
+//
+// In a preemption what-if (RemovePod ran for this node) the pods being
+// deleted, and those the scheduler no longer lists on the node (deleted, with
+// only this plugin's informer behind), are off it too: their memory is on its
+// way back. Counted, they made the scheduler evict more pods in a second
+// round, for room an earlier round had freed (a test bed run evicted a
+// second GPU's pods so). Outside a what-if the cache's
+// charges stand, whatever the scheduler lists: only they prevent over-commit.
+func (p *Plugin) view(s *state, node fwk.NodeInfo) *allocator.Node {
+	name := node.Node().Name
 	n, ok := p.cache.Node(name)
 	if !ok {
 		return nil
 	}
 	if victims := s.removed[name]; len(victims) > 0 {
-		n = preempt.Without(n, victims)
+		off := slices.Clone(victims)
+		for _, h := range p.gone(name, node) {
+			if !slices.ContainsFunc(victims, func(v preempt.Holder) bool { return v.UID == h.UID }) {
+				off = append(off, h)
+			}
+		}
+		n = preempt.Without(n, off)
 	}
 	for _, a := range s.added[name] {
 		n = withPlaced(n, a.req, p.policy)
@@ -168,7 +183,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nod
 		return nil
 	}
 	name := node.Node().Name
-	n := p.view(s, name)
+	n := p.view(s, node)
 	if n == nil {
 		return fwk.NewStatus(fwk.Unschedulable, "node "+name+" is not in the gpushare cache")
 	}
@@ -251,4 +266,24 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, _ *corev1.Pod, nod
 		return fwk.AsStatus(err)
 	}
 	return nil
+}
+
+// gone lists the pods the cache charges on the node that are being deleted
+// or that the scheduler's node info no longer lists.
+func (p *Plugin) gone(name string, node fwk.NodeInfo) []preempt.Holder {
+	_, holders, ok := p.cache.Holders(name)
+	if !ok {
+		return nil
+	}
+	listed := make(map[string]bool, len(node.GetPods()))
+	for _, pi := range node.GetPods() {
+		listed[string(pi.GetPod().UID)] = true
+	}
+	var out []preempt.Holder
+	for _, h := range holders {
+		if h.Terminating || !listed[h.UID] {
+			out = append(out, h)
+		}
+	}
+	return out
 }
