@@ -254,11 +254,15 @@ func PlacementFromAssignment(a gpushare.PodAssignment, r Request) (Placement, er
 		return Placement{}, err
 	}
 	if set != 0 {
-		// Checks every container's entry against its request.
+		// Checks every container's entry against its request (ContainerSets
+		// the regular ones, SetFor the init ones the allocation cannot name).
 		if _, err := a.ContainerSets(r.Containers); err != nil {
 			return Placement{}, err
 		}
 		for _, c := range r.Containers {
+			if !c.Init {
+				continue
+			}
 			if _, err := a.SetFor(c); err != nil {
 				return Placement{}, err
 			}

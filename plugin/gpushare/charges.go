@@ -39,16 +39,24 @@ func ChargesBySet(reqs []ContainerRequest, setOf func(ContainerRequest) GPUSet) 
 // for nothing; otherwise it is an *AssignmentError, since accounting would
 // drift.
 func (p PodAssignment) Charges(reqs []ContainerRequest) (map[int]uint64, error) {
-	sets := make(map[ContainerRequest]GPUSet, len(reqs))
-	if _, err := p.ContainerSets(reqs); err != nil {
+	regular, err := p.ContainerSets(reqs)
+	if err != nil {
 		return nil, err
 	}
+	initSets := map[int]GPUSet{}
 	for _, c := range reqs {
-		s, err := p.SetFor(c)
-		if err != nil {
-			return nil, err
+		if c.Init {
+			s, err := p.SetFor(c)
+			if err != nil {
+				return nil, err
+			}
+			initSets[c.Index] = s
 		}
-		sets[c] = s
 	}
-	return ChargesBySet(reqs, func(c ContainerRequest) GPUSet { return sets[c] }), nil
+	return ChargesBySet(reqs, func(c ContainerRequest) GPUSet {
+		if c.Init {
+			return initSets[c.Index]
+		}
+		return regular[c.Index]
+	}), nil
 }

@@ -78,14 +78,20 @@ func ffdCounts(bins []uint64, items []sizeCount) FFDResult {
 // bisection between a prefix that packs and one that does not: the prefix
 // returned packs and the next one does not.
 func FFDPrefix(bins, items []uint64) (int, FFDResult) {
-	packs := func(k int) (bool, FFDResult) {
+	return bisectPrefix(len(items), func(k int) (bool, FFDResult) {
 		r := FFD(bins, items[:k])
 		return r.Unplaced == 0, r
+	})
+}
+
+// bisectPrefix returns the largest k in [0, n] for which packs reports true
+// (n itself when it does), by bisection between a k that packs and one that
+// does not, and packs' result for it.
+func bisectPrefix(n int, packs func(k int) (bool, FFDResult)) (int, FFDResult) {
+	if ok, r := packs(n); ok {
+		return n, r
 	}
-	if ok, r := packs(len(items)); ok {
-		return len(items), r
-	}
-	lo, hi := 0, len(items) // items[:lo] packs, items[:hi] does not
+	lo, hi := 0, n // lo packs, hi does not
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		if ok, _ := packs(mid); ok {

@@ -403,28 +403,14 @@ func FillReference(f Fleet, pods []Pod) FillResult {
 // ffdPodPrefix is FFDPrefix over whole pods: the longest k such that FFD
 // packs items[:ends[k-1]], by the same bisection.
 func ffdPodPrefix(bins, items []uint64, ends []int) (int, FFDResult) {
-	packs := func(k int) (bool, FFDResult) {
+	return bisectPrefix(len(ends), func(k int) (bool, FFDResult) {
 		n := 0
 		if k > 0 {
 			n = ends[k-1]
 		}
 		r := FFD(bins, items[:n])
 		return r.Unplaced == 0, r
-	}
-	if ok, r := packs(len(ends)); ok {
-		return len(ends), r
-	}
-	lo, hi := 0, len(ends)
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if ok, _ := packs(mid); ok {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	_, r := packs(lo)
-	return lo, r
+	})
 }
 
 // ChurnOptions set a churn run.

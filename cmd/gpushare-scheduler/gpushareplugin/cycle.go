@@ -166,10 +166,8 @@ func withPlaced(n *allocator.Node, r allocator.Request, policy allocator.Policy)
 	out := *n
 	out.GPUs = slices.Clone(n.GPUs)
 	for g, u := range allocator.Charges(r, pl) {
-		for i := range out.GPUs {
-			if out.GPUs[i].Index == g {
-				out.GPUs[i].Used += u
-			}
+		if i, ok := slices.BinarySearchFunc(out.GPUs, g, func(x allocator.GPU, t int) int { return x.Index - t }); ok {
+			out.GPUs[i].Used += u
 		}
 	}
 	return &out
