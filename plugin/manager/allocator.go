@@ -178,25 +178,17 @@ func newCacheDir(root string) (string, error) {
 // pods, every answer confirmed with a fresh read (fresh.go). It waits up to
 // a.wait for a pod bound a moment ago to reach the cache, or a pod that left
 // to leave it, and matches on a fresh list of the node's pods when the cache
-// has had no match for listAfter and once more before refusing.
+// has had no match for a while (listPlan says when, and when to give up).
 func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units []uint64) ([]allocate.Decision, error) {
-	start := time.Now()
-	deadline := start.Add(a.wait)
-	lists := 0
+	plan := newListPlan(time.Now(), a.wait)
 	for {
 		changed := a.src.Changed()
-		cached := a.src.Pods()
-		a.prune(cached)
-		a.memo.Retain(cached)
-		in := allocate.Input{Node: a.node, Inventory: inv, Pods: cached, Served: a.served, Memo: a.memo, Isolation: a.tiers(inv)}
-		if n, ok := a.src.Node(); ok {
-			in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
-		}
+		in := a.cachedInput(inv)
 		decisions, err := a.matchConfirmed(ctx, in, units)
-		remaining := time.Until(deadline)
-		if err != nil && ((lists == 0 && time.Since(start) >= listAfter) || (remaining <= 0 && lists < 2)) {
-			lists++
-			if listed := a.listPods(ctx); listed != nil {
+		if err != nil && plan.due(time.Now()) {
+			listed := a.listPods(ctx)
+			plan.listed(time.Now(), listed != nil)
+			if listed != nil {
 				in.Pods = listed
 				decisions, err = a.matchConfirmed(ctx, in, units)
 			}
@@ -215,13 +207,11 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 			a.metrics.count(outcomeInvalid, len(units))
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		if remaining <= 0 {
+		now := time.Now()
+		if plan.over(now) {
 			return nil, a.refuseAfterWait(units, err)
 		}
-		if lists == 0 {
-			remaining = min(remaining, max(listAfter-time.Since(start), 0))
-		}
-		t := time.NewTimer(remaining)
+		t := time.NewTimer(plan.wake(now))
 		select {
 		case <-changed:
 		case <-t.C:
@@ -231,6 +221,18 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 		}
 		t.Stop()
 	}
+}
+
+// cachedInput is Match's input from the plugin's cache.
+func (a *allocator) cachedInput(inv *inventory.Inventory) allocate.Input {
+	cached := a.src.Pods()
+	a.prune(cached)
+	a.memo.Retain(cached)
+	in := allocate.Input{Node: a.node, Inventory: inv, Pods: cached, Served: a.served, Memo: a.memo, Isolation: a.tiers(inv)}
+	if n, ok := a.src.Node(); ok {
+		in.DisableIsolation = gpushare.IsolationDisabled(n.Labels)
+	}
+	return in
 }
 
 // refuseAfterWait logs and counts a call refused after waiting, and returns

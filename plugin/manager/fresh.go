@@ -21,9 +21,68 @@ import (
 const (
 	// listAfter is how long a call waits on the cache before listing the node's pods.
 	listAfter = time.Second
+	// listRetry is how long a call waits after a list the API server did not answer.
+	listRetry = 250 * time.Millisecond
 	// readTimeout bounds one read of the API server for a call.
 	readTimeout = 2 * time.Second
 )
+
+// listPlan says when a call the cache cannot match lists the node's pods, and
+// when it may be refused. "No pod waits for this call" is only known from a
+// list that succeeded after the wait: a refusal from a stalled watch and a
+// lost list answer would fail a pod that is bound and waiting (the soak saw
+// it). So a failed list is retried every listRetry, and a call whose lists
+// all fail is refused only at twice the wait: the kubelet admits the node's
+// pods one at a time and must not hang on an API server that is down.
+type listPlan struct {
+	first, deadline, giveUp time.Time
+	last                    time.Time // the last list; zero before the first
+	lastOK                  bool
+	definite                bool // a list succeeded at or after the deadline
+}
+
+func newListPlan(start time.Time, wait time.Duration) *listPlan {
+	deadline := start.Add(wait)
+	first := start.Add(listAfter)
+	if deadline.Before(first) {
+		first = deadline
+	}
+	return &listPlan{first: first, deadline: deadline, giveUp: start.Add(2 * wait)}
+}
+
+// next is when the next list is due.
+func (p *listPlan) next() time.Time {
+	switch {
+	case p.last.IsZero():
+		return p.first
+	case !p.lastOK:
+		return p.last.Add(listRetry)
+	case p.last.Before(p.deadline):
+		return p.deadline
+	}
+	return p.giveUp
+}
+
+// due tells whether a list is due at now.
+func (p *listPlan) due(now time.Time) bool { return !now.Before(p.next()) }
+
+// listed notes a list made at now, answered or not.
+func (p *listPlan) listed(now time.Time, ok bool) {
+	p.last, p.lastOK = now, ok
+	p.definite = p.definite || (ok && !now.Before(p.deadline))
+}
+
+// over tells whether a call still unmatched at now is refused.
+func (p *listPlan) over(now time.Time) bool { return p.definite || !now.Before(p.giveUp) }
+
+// wake is how long to wait at now for the next list or the refusal, unless the cache changes first.
+func (p *listPlan) wake(now time.Time) time.Duration {
+	at := p.next()
+	if p.giveUp.Before(at) {
+		at = p.giveUp
+	}
+	return max(at.Sub(now), 0)
+}
 
 // matchConfirmed is allocate.Match on in, every answer confirmed by a fresh
 // read of its pod: a pod that changed since in was taken is replaced by what

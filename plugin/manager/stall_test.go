@@ -1,12 +1,18 @@
 package manager_test
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -136,5 +142,86 @@ func TestStaleCacheNeverAnswersForAPodThatLeft(t *testing.T) {
 	resp, err := c.Allocate(ctx, reqOn(0, 12))
 	if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
 		t.Fatalf("Allocate for next = %v, %v; want GPU 2 from the API server, not the deleted pod's GPU 1", resp, err)
+	}
+}
+
+// podListFaults fails lists of pods as lost answers would, once armed.
+// Its reactor is installed before the plugin starts: the fake clientset's
+// reactor chain is not safe to change while the plugin uses it.
+type podListFaults struct {
+	armed         atomic.Bool
+	failing, seen atomic.Int64
+}
+
+func installPodListFaults(client *fake.Clientset) *podListFaults {
+	f := &podListFaults{}
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !f.armed.Load() {
+			return false, nil, nil
+		}
+		f.seen.Add(1)
+		if f.failing.Add(-1) >= 0 {
+			return true, nil, apierrors.NewServiceUnavailable("the answer was lost")
+		}
+		f.armed.Store(false)
+		return false, nil, nil
+	})
+	return f
+}
+
+// arm fails the next n lists and counts lists from now until the first that answers.
+func (f *podListFaults) arm(n int64) {
+	f.seen.Store(0)
+	f.failing.Store(n)
+	f.armed.Store(true)
+}
+
+// A call whose pod the stalled watch has not delivered must not be refused
+// because the lists that would find it lost their answers (the soak saw
+// such a pod fail at admission): the plugin lists again until one answers.
+func TestAllocateOutlastsListsThatFail(t *testing.T) {
+	ctx := t.Context()
+	var faults *podListFaults
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) {
+		c.AllocateWait = 1500 * time.Millisecond
+		faults = installPodListFaults(c.Client.(*fake.Clientset))
+	})
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	e.podWatches.hold()
+	defer e.podWatches.release()
+	faults.arm(3)
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, gpuPod("late", 12, 2, 80), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Allocate(ctx, reqOn(0, 12))
+	if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+		t.Fatalf("Allocate = %v, %v; want late's GPU 2 from the first list that answered", resp, err)
+	}
+	if n := faults.seen.Load(); n != 4 {
+		t.Errorf("the call listed the node's pods %d times; want 3 lost answers and one that answered", n)
+	}
+}
+
+// When no list answers at all, the call is still refused, after retrying,
+// so the kubelet's admission of the node's other pods does not hang.
+func TestAllocateRefusedWhenNoListAnswers(t *testing.T) {
+	ctx := t.Context()
+	var faults *podListFaults
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) {
+		c.AllocateWait = 1500 * time.Millisecond
+		faults = installPodListFaults(c.Client.(*fake.Clientset))
+	})
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	e.podWatches.hold()
+	defer e.podWatches.release()
+	faults.arm(math.MaxInt64)
+	_, err := c.Allocate(ctx, reqOn(0, 12))
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Allocate with no pod and no list answering = %v; want FailedPrecondition", err)
+	}
+	if n := faults.seen.Load(); n <= 2 {
+		t.Errorf("the call listed the node's pods %d times; want retries after the lost answers", n)
 	}
 }

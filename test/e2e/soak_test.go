@@ -55,8 +55,9 @@ const (
 	// soakRefusalGrace is how long after a kubelet or plugin is back an admission refusal still
 	// belongs to its restart: a kubelet killed between two Allocate calls of one pod asks again
 	// after its restart for a container the plugin already served, and the plugin refuses that
-	// only after its -allocate-wait (5 s) and a fresh list; then the checker's next look.
-	soakRefusalGrace = 5*time.Second + 5*time.Second
+	// only after its -allocate-wait (5 s) and a fresh list that answered, or at twice that when
+	// the request faults lose every list; then the checker's next look.
+	soakRefusalGrace = 2*5*time.Second + 5*time.Second
 )
 
 // TestSoak is issue 8's soak: pods are created and deleted continuously while the extender, the
