@@ -25,6 +25,7 @@ build: ## Compile every package and the programs into bin/
 test: ## Unit and component tests with the race detector, then every fuzz target briefly
 	$(GO) test -race -count=1 ./...
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) test -race -count=1 ./gpushareplugin/
+	cd test/dashboard && GOWORK=off $(GO) test -race -count=1 ./...
 	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
 
 fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m)
@@ -54,6 +55,7 @@ lint: ## go vet on the modules' own code
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) vet ./...
+	cd test/dashboard && GOWORK=off $(GO) vet ./...
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
@@ -64,6 +66,7 @@ verify: ## Fail on gofmt drift, go vet findings or go mod tidy drift
 	$(GO) mod tidy -diff
 	cd test/bed && GOWORK=off $(GO) mod tidy -diff
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) mod tidy -diff
+	cd test/dashboard && GOWORK=off $(GO) mod tidy -diff
 
 clean: ## Remove bin/ and the test cache (the test bed's binary cache stays: see test/bed/build.sh)
 	rm -rf bin
