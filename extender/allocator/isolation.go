@@ -138,6 +138,12 @@ func (p PodIsolation) usable(g GPU, n *Node, i int) bool {
 	return g.Healthy && (n.Tiers == nil || n.Tiers[i] != TierFenced) && (p.Any() || p.allows(n.TierAt(i)))
 }
 
+// Usable reports whether a pod asking p may take GPU i (a position in
+// n.GPUs) at all, the test Place applies to every GPU: healthy, not fenced,
+// offering what p asks. Exported for kubectl inspect gpushare why, which
+// explains a decision with the allocator's own rule.
+func (p PodIsolation) Usable(n *Node, i int) bool { return p.usable(n.GPUs[i], n, i) }
+
 // String describes p for reasons: `isolation "mps", compute-percent 30`.
 func (p PodIsolation) String() string {
 	if !p.Readable() {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -49,11 +50,17 @@ plugin each container's GPU and the limits (environment) it was given.`
   kubectl inspect gpushare -d gpu-node-1 --context prod
 
   # Machine-readable, the schema of docs/inspector.md
-  kubectl inspect gpushare -o json`
+  kubectl inspect gpushare -o json
+
+  # Why a pod is pending (or why it is where it is), and where a new one would go
+  kubectl inspect gpushare why infer-7c9f -n ml
+  kubectl inspect gpushare fit -f infer.yaml --replicas 4`
 )
 
-// Streams are where the command writes: results to Out, warnings to ErrOut.
+// Streams are where the command writes: results to Out, warnings to ErrOut;
+// In is what fit -f - reads (nil: the process's stdin).
 type Streams struct {
+	In     io.Reader
 	Out    io.Writer
 	ErrOut io.Writer
 }
@@ -117,11 +124,18 @@ func NewCommand(streams Streams, kube ConfigGetter, newClient NewClientFunc) *co
 	}
 	c.SetOut(streams.Out)
 	c.SetErr(streams.ErrOut)
+	if streams.In != nil {
+		c.SetIn(streams.In)
+	}
 	c.Flags().BoolVarP(&o.Details, "details", "d", false, "show the pods of each node and the limits given to each container")
 	c.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (the documented stable schema); default is the table")
 	if kf, ok := kube.(*KubeFlags); ok {
-		kf.AddFlags(c.Flags())
+		// Persistent: why and fit connect with the same flags.
+		kf.AddFlags(c.PersistentFlags())
 	}
+	// A default "completion" command would shadow a node of that name.
+	c.CompletionOptions.DisableDefaultCmd = true
+	c.AddCommand(newWhyCommand(streams, kube, newClient), newFitCommand(streams, kube, newClient))
 	return c
 }
 
@@ -131,11 +145,21 @@ func Execute(ctx context.Context, args []string, streams Streams, kube ConfigGet
 	c := NewCommand(streams, kube, newClient)
 	c.SetArgs(args)
 	if err := c.ExecuteContext(ctx); err != nil {
+		var code exitCode
+		if errors.As(err, &code) {
+			return int(code) // the answer is printed; only the status tells
+		}
 		fmt.Fprintln(streams.ErrOut, "error: "+err.Error())
 		return 1
 	}
 	return 0
 }
+
+// exitCode is a command's answer that is not an error but must show in the
+// exit status: why and fit exit 1 while the pod cannot be placed.
+type exitCode int
+
+func (c exitCode) Error() string { return "exit status " + strconv.Itoa(int(c)) }
 
 // errNoKubeconfig is what a user without any configuration sees.
 var errNoKubeconfig = errors.New("no kubeconfig found: set KUBECONFIG, pass --kubeconfig FILE, or create ~/.kube/config")
@@ -145,24 +169,41 @@ func (o *Options) Complete(args []string) error {
 	if len(args) > 0 {
 		o.Node = args[0]
 	}
-	cfg, err := o.config.ToRESTConfig()
+	client, ns, explicit, err := connect(o.config, o.newClient)
+	if err != nil {
+		return err
+	}
+	o.client = client
+	if explicit {
+		o.namespace = ns
+	}
+	return nil
+}
+
+// connect builds the API client the connection flags select and reads the
+// namespace: -n when explicit, else the kubeconfig context's ("default"
+// when it names none).
+func connect(config ConfigGetter, newClient NewClientFunc) (kubernetes.Interface, string, bool, error) {
+	cfg, err := config.ToRESTConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return errNoKubeconfig
+			return nil, "", false, errNoKubeconfig
 		}
-		return fmt.Errorf("load kubeconfig: %w", err)
+		return nil, "", false, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	cfg = rest.CopyConfig(cfg)
 	// Protobuf halves the bytes and the decode time of a 50,000-pod LIST.
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	if o.client, err = o.newClient(cfg); err != nil {
-		return fmt.Errorf("create API client: %w", err)
+	client, err := newClient(cfg)
+	if err != nil {
+		return nil, "", false, fmt.Errorf("create API client: %w", err)
 	}
-	if ns, explicit, err := o.config.ToRawKubeConfigLoader().Namespace(); err == nil && explicit {
-		o.namespace = ns
+	ns, explicit, err := config.ToRawKubeConfigLoader().Namespace()
+	if err != nil || ns == "" {
+		ns, explicit = metav1.NamespaceDefault, false
 	}
-	return nil
+	return client, ns, explicit, nil
 }
 
 // Validate checks the flag values.
