@@ -79,6 +79,9 @@ type Cache struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
 	pods  map[types.UID]*podState
+	// released are pods Release dropped before this cache's informer
+	// delivered their deletion: their late updates are ignored until it does.
+	released map[types.UID]bool
 }
 
 // nodeState is everything known about one node; view is rebuilt from it.
@@ -92,6 +95,8 @@ type nodeState struct {
 	// built from: rebuilt only when the node changes, not with every pod.
 	links   allocator.LinkScores
 	linksOf *corev1.Node
+	// terminating are the charged pods being deleted, rebuilt with view.
+	terminating []preempt.Holder
 }
 
 // podState is one charged (or assumed) pod.
@@ -134,6 +139,7 @@ func New(cfg Config) (*Cache, error) {
 		verifyTimeout: cmp.Or(cfg.VerifyTimeout, 5*time.Second),
 		onVerify:      cfg.OnVerify,
 		nodes:         map[string]*nodeState{},
+		released:      map[types.UID]bool{},
 		pods:          map[types.UID]*podState{},
 	}
 	if c.log == nil {
@@ -280,13 +286,29 @@ func (c *Cache) Holders(name string) (*allocator.Node, []preempt.Holder, bool) {
 	}
 	out := make([]preempt.Holder, 0, len(n.pods))
 	for _, uid := range slices.Sorted(maps.Keys(n.pods)) {
-		p := n.pods[uid]
-		out = append(out, preempt.Holder{
-			UID: string(p.uid), Name: p.namespace + "/" + p.name, Priority: p.priority,
-			Charges: p.charges, Evictable: !p.assumed && !p.unverified && !p.terminating, Terminating: p.terminating,
-		})
+		out = append(out, holderOf(n.pods[uid]))
 	}
 	return n.view, out, true
+}
+
+// NodeTerminating returns the snapshot of one node with the charged pods
+// there that are being deleted (nil when none), read at one moment.
+func (c *Cache) NodeTerminating(name string) (*allocator.Node, []preempt.Holder, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[name]
+	if !ok || n.node == nil {
+		return nil, nil, false
+	}
+	return n.view, n.terminating, true
+}
+
+// holderOf is p as preemption weighs it.
+func holderOf(p *podState) preempt.Holder {
+	return preempt.Holder{
+		UID: string(p.uid), Name: p.namespace + "/" + p.name, Priority: p.priority,
+		Charges: p.charges, Evictable: !p.assumed && !p.unverified && !p.terminating, Terminating: p.terminating,
+	}
 }
 
 // All returns the snapshots of every known node, sorted by name.
@@ -423,6 +445,9 @@ func (c *Cache) upsertPod(obj any) {
 	ps, reason := c.podStateOf(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.released[pod.UID] {
+		return
+	}
 	old, had := c.pods[pod.UID]
 	if ps == nil {
 		// Until the binder's Binding lands the informer still sees the pod
@@ -452,9 +477,42 @@ func (c *Cache) deletePod(obj any) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.released, pod.UID)
 	if old, ok := c.pods[pod.UID]; ok {
 		c.removeLocked(old)
 	}
+}
+
+// Release drops, on node, the charges of the given pods that this cache
+// holds as terminating: a caller whose own watch already saw them deleted
+// (kube-scheduler's, in plugin mode) knows their memory is free before this
+// cache's informer delivers the deletion. Charging them until then made the
+// scheduler preempt again for room its first preemption had freed. Pods not
+// terminating here are kept: a deletion is only believed once both watches
+// agree the pod was going. It returns how many pods it released.
+func (c *Cache) Release(node string, uids []string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[node]
+	if !ok {
+		return 0
+	}
+	released := 0
+	for _, uid := range uids {
+		p, ok := n.pods[types.UID(uid)]
+		if !ok || !p.terminating || p.assumed {
+			continue
+		}
+		c.released[p.uid] = true
+		delete(c.pods, p.uid)
+		delete(n.pods, p.uid)
+		released++
+	}
+	if released > 0 {
+		c.rebuildLocked(n)
+		c.dropIfEmptyLocked(n)
+	}
+	return released
 }
 
 // finished reports whether a pod in phase has its containers gone for good.
@@ -622,8 +680,12 @@ func (c *Cache) rebuildLocked(n *nodeState) {
 			}
 		}
 	}
+	n.terminating = nil
 	for _, uid := range slices.Sorted(maps.Keys(n.pods)) {
 		p := n.pods[uid]
+		if p.terminating {
+			n.terminating = append(n.terminating, holderOf(p))
+		}
 		for g, units := range p.charges {
 			if i, ok := slices.BinarySearchFunc(v.GPUs, g, func(x allocator.GPU, t int) int { return x.Index - t }); ok {
 				v.GPUs[i].Used += units

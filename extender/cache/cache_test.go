@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -505,5 +506,44 @@ func TestUnreadableInFlightHoldsBack(t *testing.T) {
 	if _, err := f.cache.Assume(RecordOf(Pod("q", "", -1, false, 4)), "n1", allocator.BestFit); !errors.As(err, &unfit) ||
 		!strings.Contains(unfit.Reason, "waiting for pod default/p") {
 		t.Fatalf("Assume beside an unreadable in-flight pod = %v; want it to wait", err)
+	}
+}
+
+// Release drops a terminating pod the caller saw deleted, ignores its late
+// updates, and forgets it once this cache's informer delivers the deletion;
+// a pod not terminating here is kept whatever the caller says.
+func TestReleaseDropsTerminatingUntilDeleted(t *testing.T) {
+	ctx := context.Background()
+	going := Pod("going", "n1", 1, true, 4)
+	now := metav1.Now()
+	going.DeletionTimestamp, going.Status.Phase = &now, corev1.PodRunning
+	f := start(t, Node("n1", 64, 4, nil), going, Pod("live", "n1", 2, true, 4))
+	pods := f.client.CoreV1().Pods("default")
+	f.waitUsed("n1", 0, 4, 4, 0)
+	if n := f.cache.Release("n1", []string{"uid-going", "uid-live", "uid-unknown"}); n != 1 {
+		t.Fatalf("Release = %d pods; want 1 (live is not terminating, unknown is not charged)", n)
+	}
+	if got := f.used("n1"); !slices.Equal(got, []uint64{0, 0, 4, 0}) {
+		t.Fatalf("after Release used = %v; want going's 4 units on GPU 1 freed and live's kept", got)
+	}
+	// A late update of the released pod must not charge it again.
+	going.Status.Message = "stopping"
+	if _, err := pods.Update(ctx, going, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Create(ctx, Pod("marker", "n1", 0, true, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("n1", 1, 0, 4, 0)
+	if err := pods.Delete(ctx, "going", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("the deletion to clear the release", func() bool {
+		f.cache.mu.RLock()
+		defer f.cache.mu.RUnlock()
+		return len(f.cache.released) == 0
+	})
+	if n := f.cache.Release("nowhere", []string{"uid-live"}); n != 0 {
+		t.Fatalf("Release on an unknown node = %d; want 0", n)
 	}
 }

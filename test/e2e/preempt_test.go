@@ -79,6 +79,24 @@ func TestPreemptionFreesOneGPU(t *testing.T) {
 	}
 }
 
+// TestPluginModePreemption is the same node through gpushare-scheduler, whose preemption is
+// kube-scheduler's own with our Filter judging each what-if: every eviction frees room on the one
+// GPU the preemptor then runs on, never memory scattered over GPUs. The scheduler spares the oldest
+// pods first, so it evicts the newest GPU's pods (four low 20s for the 80 GiB pod, where the verb
+// evicts two low 40s); its victims are exactly these, predicted from that order. A pod that only
+// lower-priority pods could make room for, once none is left, evicts nothing. No step evicts more:
+// pods the scheduler saw deleted before the plugin's watch did are not counted again (they made it
+// preempt a second time in three runs of four before the plugin released them).
+func TestPluginModePreemption(t *testing.T) {
+	b := startPluginSystem(t)
+	b.runPreemption(t, []preemptStep{
+		{"h80", "gs-high", 80, []string{"c1", "c2", "c3", "c4"}, 2},
+		{"h20", "gs-high", 20, []string{"d1"}, 3},
+		{"bump80", "gs-bump", 80, []string{"a1", "a2"}, 0},
+		{"bump80b", "gs-bump", 80, nil, -1},
+	})
+}
+
 // runPreemption fills node pre-0 (preemptFill), then creates each step's preemptor and checks
 // which pods it evicted and where it runs, auditing every GPU after every step.
 func (b *systemBed) runPreemption(t *testing.T, steps []preemptStep) {

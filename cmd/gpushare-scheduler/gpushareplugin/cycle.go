@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -128,32 +129,38 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 // view is the node as the cycle sees it: the cache's snapshot with the
 // what-if applied; nil for a node the cache does not know.
 //
-// In a preemption what-if (RemovePod ran for this node) the pods being
-// deleted, and those the scheduler no longer lists on the node (deleted, with
-// only this plugin's informer behind), are off it too: their memory is on its
-// way back. Counted, they made the scheduler evict more pods in a second
-// round, for room an earlier round had freed (a test bed run evicted a
-// second GPU's pods so). Outside a what-if the cache's
-// charges stand, whatever the scheduler lists: only they prevent over-commit.
+// Pods the cache holds as terminating that the scheduler no longer lists are
+// off it (deleted: the scheduler's watch was first). Counted, they made the
+// scheduler preempt again, for room its first preemption had freed (three
+// test bed runs in four evicted one more pod so). In a preemption what-if
+// (RemovePod ran for this node) every terminating pod is off too: its
+// memory is on its way back. Otherwise the cache's charges stand, whatever
+// the scheduler lists: only they prevent over-commit.
 func (p *Plugin) view(s *state, node fwk.NodeInfo) *allocator.Node {
 	name := node.Node().Name
-	n, ok := p.cache.Node(name)
+	n, terminating, ok := p.cache.NodeTerminating(name)
 	if !ok {
 		return nil
 	}
-	if victims := s.removed[name]; len(victims) > 0 {
-		off := slices.Clone(victims)
-		for _, h := range p.gone(name, node) {
-			if !slices.ContainsFunc(victims, func(v preempt.Holder) bool { return v.UID == h.UID }) {
-				off = append(off, h)
-			}
+	victims := s.removed[name]
+	off := slices.Clone(victims)
+	for _, h := range terminating {
+		if (len(victims) > 0 || !listedOn(node, h.UID)) && !slices.ContainsFunc(victims, func(v preempt.Holder) bool { return v.UID == h.UID }) {
+			off = append(off, h)
 		}
+	}
+	if len(off) > 0 {
 		n = preempt.Without(n, off)
 	}
 	for _, a := range s.added[name] {
 		n = withPlaced(n, a.req, p.policy)
 	}
 	return n
+}
+
+// listedOn tells whether the scheduler's node info lists the pod.
+func listedOn(node fwk.NodeInfo, uid string) bool {
+	return slices.ContainsFunc(node.GetPods(), func(pi fwk.PodInfo) bool { return string(pi.GetPod().UID) == uid })
 }
 
 // withPlaced returns n with r charged where Place puts it; n itself when r
@@ -224,11 +231,14 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // Reserve charges the pod's GPUs in the cache under its lock, re-checking
 // the fit, so no later pod of this scheduler takes them before the bind.
+// The deleted pods Filter left off (view) are released first, or the
+// re-check would refuse the room Filter found.
 func (p *Plugin) Reserve(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node string) *fwk.Status {
 	s := stateOf(cs)
 	if s == nil {
 		return nil
 	}
+	p.releaseDeleted(node)
 	a, err := p.cache.Assume(s.record, node, p.policy)
 	if err != nil {
 		var unfit *allocator.Unfit
@@ -266,22 +276,24 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, _ *corev1.Pod, nod
 	return nil
 }
 
-// gone lists the pods the cache charges on the node that are being deleted
-// or that the scheduler's node info no longer lists.
-func (p *Plugin) gone(name string, node fwk.NodeInfo) []preempt.Holder {
-	_, holders, ok := p.cache.Holders(name)
-	if !ok {
-		return nil
+// releaseDeleted releases, in the cache, the terminating pods on node that
+// the scheduler's snapshot no longer lists.
+func (p *Plugin) releaseDeleted(node string) {
+	_, terminating, ok := p.cache.NodeTerminating(node)
+	if !ok || len(terminating) == 0 {
+		return
 	}
-	listed := make(map[string]bool, len(node.GetPods()))
-	for _, pi := range node.GetPods() {
-		listed[string(pi.GetPod().UID)] = true
+	info, err := p.nodeInfo(node)
+	if err != nil {
+		return
 	}
-	var out []preempt.Holder
-	for _, h := range holders {
-		if h.Terminating || !listed[h.UID] {
-			out = append(out, h)
+	var deleted []string
+	for _, h := range terminating {
+		if !listedOn(info, h.UID) {
+			deleted = append(deleted, h.UID)
 		}
 	}
-	return out
+	if n := p.cache.Release(node, deleted); n > 0 {
+		p.log.Info("released pods the scheduler saw deleted before the GPU cache did", zap.String("node", node), zap.Int("pods", n))
+	}
 }

@@ -68,6 +68,8 @@ type Plugin struct {
 	binder *binder.Binder
 	policy allocator.Policy
 	log    *zap.Logger
+	// nodeInfo reads a node from the scheduler's snapshot of this cycle.
+	nodeInfo func(name string) (fwk.NodeInfo, error)
 }
 
 var (
@@ -113,7 +115,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	b := binder.New(binder.Config{Client: h.ClientSet(), Cache: c, Policy: policy, Logger: log.Named("binder"), BindTimeout: args.BindTimeout.Duration})
 	log.Info("GPUShare plugin ready", zap.Stringer("policy", policy))
-	return &Plugin{cache: c, binder: b, policy: policy, log: log}, nil
+	nodeInfo := func(name string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(name) }
+	return &Plugin{cache: c, binder: b, policy: policy, log: log, nodeInfo: nodeInfo}, nil
 }
 
 // decodeArgs reads the plugin's arguments: none, or the JSON (or YAML
