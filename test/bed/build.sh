@@ -38,11 +38,33 @@ pkg() {
     *) echo "k8s.io/kubernetes/cmd/$1" ;;
   esac
 }
+# A cold build compiles for minutes without a word: say which component is building, and every 30 s
+# how long it has taken so far, on stderr (stdout's last line is the result). The ticker's sleep gets
+# no inherited output, so killing the ticker closes every pipe a caller may be reading to its end.
+ticker=
+tick() {
+  local since=$1
+  while sleep 30 </dev/null >/dev/null 2>&1; do
+    echo "  still building $c: $(( $(date +%s) - since ))s" >&2
+  done
+}
+stop_ticker() {
+  [ -z "$ticker" ] || kill "$ticker" 2>/dev/null || true
+  [ -z "$ticker" ] || wait "$ticker" 2>/dev/null || true
+  ticker=
+}
+trap stop_ticker EXIT
+n=0 total=$(wc -w <<<"$components")
 for c in $components; do
+  n=$((n + 1))
   [ -x "$out/$c" ] && continue
   start=$(date +%s)
+  echo "building $c ($n of $total) into $out" >&2
+  tick "$start" >&2 </dev/null &
+  ticker=$!
   # Build to a temporary name and rename, so an interrupted build never leaves a half binary.
   go build -trimpath -ldflags="$ldflags" -o "$out/.$c.tmp" "$(pkg "$c")"
+  stop_ticker
   mv "$out/.$c.tmp" "$out/$c"
   echo "built $c in $(( $(date +%s) - start ))s" >&2
 done

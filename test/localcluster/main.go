@@ -2,9 +2,10 @@
 // bed (etcd, kube-apiserver, kube-scheduler and hollow GPU nodes running the real kubelet device
 // manager with fake containers, all on loopback), runs our device plugin on every node (simulated
 // GPUs of mixed sizes) and our scheduler extender wired into kube-scheduler with the shipped
-// configuration, applies the sample workloads from manifests/samples, waits for them, prints
-// `kubectl inspect gpushare` and `-d`, and then keeps the cluster running with a KUBECONFIG to
-// export until Ctrl-C (or SIGTERM), when it stops everything.
+// configuration, applies the sample workloads from manifests/samples, waits for them to run and for
+// the device plugins to record them, prints `kubectl inspect gpushare` and `-d`, and then keeps the
+// cluster running with a KUBECONFIG to export until Ctrl-C (or SIGTERM), when it stops everything
+// and exits 0.
 package main
 
 import (
@@ -57,7 +58,20 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *nodes, *dir, *samples); err != nil {
+	go func() {
+		// Once asked to stop, give the signals back: a second Ctrl-C kills at once, and the
+		// children die with us (Pdeathsig) even when stopping them hangs.
+		<-ctx.Done()
+		stop()
+	}()
+	err := run(ctx, *nodes, *dir, *samples)
+	switch {
+	case err == nil:
+		fmt.Println("stopped")
+	case ctx.Err() != nil:
+		// Stopped by Ctrl-C or SIGTERM: whatever failed after that failed because we stopped it.
+		fmt.Println("stopped before the demo was up:", err)
+	default:
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
 		stop()
 		os.Exit(1)
@@ -78,10 +92,8 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 	built := make(chan error, 1)
 	go func() {
 		start := time.Now()
-		build := exec.CommandContext(ctx, "go", "build", "-o", binDir+string(filepath.Separator), "./cmd/...")
-		build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
-		if err := build.Run(); err != nil {
-			built <- fmt.Errorf("go build ./cmd/...: %w", err)
+		if err := buildPrograms(ctx, root, binDir); err != nil {
+			built <- err
 			return
 		}
 		fmt.Printf("programs built in %s\n", since(start))
@@ -93,7 +105,7 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 
 	start := time.Now()
 	fmt.Println("building the test bed (cached after the first run; about 12 minutes cold on 2 cores)...")
-	bed, err := cluster.Binaries()
+	bed, err := buildBed(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -192,7 +204,10 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 		}
 		p, err := procs.start(ctx, "device plugin on "+name, filepath.Join(binDir, pluginBin), filepath.Join(c.Dir(), pluginBin+"-"+name+".log"),
 			[]string{gpushare.EnvNodeName + "=" + name},
-			"--gpu-backend="+backend, "--device-plugin-dir="+k.DevicePluginDir(), "--kubeconfig="+pluginKubeconfig)
+			"--gpu-backend="+backend, "--device-plugin-dir="+k.DevicePluginDir(), "--kubeconfig="+pluginKubeconfig,
+			// Its kubelet's pod-resources API, as on a real node: how the plugin confirms which
+			// container each Allocate went to before recording it on the pod.
+			"--pod-resources-socket="+k.PodResourcesSocket())
 		if err != nil {
 			return err
 		}
@@ -221,7 +236,10 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 		if err := waitRunning(ctx, c.Client(), pods, 2*time.Minute); err != nil {
 			return err
 		}
-		fmt.Printf("all %d sample pods Running in %s\n", len(pods), since(start))
+		if err := waitRecorded(ctx, c.Client(), time.Minute); err != nil {
+			return err
+		}
+		fmt.Printf("all %d sample pods Running and recorded by the device plugins in %s\n", len(pods), since(start))
 		inspect := filepath.Join(binDir, inspectorBin)
 		for _, args := range [][]string{nil, {"-d"}} {
 			fmt.Printf("\n$ %s\n", strings.Join(append([]string{"kubectl inspect gpushare"}, args...), " "))
@@ -248,11 +266,11 @@ Press Ctrl-C here to stop everything.
 `, since(began), len(nodeNames), strings.Join(nodeNames, ", "), c.Dir(), c.AdminKubeconfig(), binDir)
 	select {
 	case <-ctx.Done():
+		fmt.Println("\nstopping (a few seconds; Ctrl-C again kills at once)...")
+		return nil
 	case p := <-procs.died:
-		fmt.Fprintf(os.Stderr, "%s exited; see %s\n", p.name, p.log)
+		return fmt.Errorf("%s exited; see %s", p.name, p.log)
 	}
-	fmt.Println("\nstopping...")
-	return nil
 }
 
 // applySamples applies manifests/samples. The bed runs no controller-manager, so for each
@@ -297,9 +315,8 @@ func applySamples(ctx context.Context, a *manifests.Applier, client kubernetes.I
 	return pods, nil
 }
 
-// waitRunning watches the pods in namespace default until every one of names is Running and
-// recorded by our device plugin (ASSIGNED=true, so the inspector shows each container's limits),
-// printing a line whenever the count changes.
+// waitRunning watches the pods in namespace default until every one of names is Running,
+// printing a line whenever the count changes (waitRecorded then waits for the plugins' records).
 func waitRunning(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -319,7 +336,7 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, names []strin
 		switch {
 		case ev.Type == watch.Deleted:
 			delete(state, p.Name)
-		case p.Status.Phase == corev1.PodRunning && p.Annotations[gpushare.AnnotationAssigned] == "true":
+		case p.Status.Phase == corev1.PodRunning:
 			state[p.Name] = "Running"
 		case p.Spec.NodeName != "":
 			state[p.Name] = "bound"
@@ -336,7 +353,7 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, names []strin
 		for _, s := range state {
 			counts[s]++
 		}
-		line := fmt.Sprintf("  %d/%d sample pods Running and recorded, %d bound (containers starting), %d waiting for the scheduler",
+		line := fmt.Sprintf("  %d/%d sample pods Running, %d bound (containers starting), %d waiting for the scheduler",
 			counts["Running"], len(names), counts["bound"], len(names)-counts["Running"]-counts["bound"])
 		if line != last {
 			fmt.Println(line)
