@@ -45,6 +45,8 @@ type options struct {
 	quiet        time.Duration
 	fatalXids    []uint64
 	allocateWait time.Duration
+	qps          float64
+	burst        int
 	metrics      string
 	deviceList   server.DeviceList
 	isolation    isolationOptions
@@ -71,6 +73,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		return err
 	})
 	fs.DurationVar(&o.allocateWait, "allocate-wait", manager.DefaultAllocateWait, "how long Allocate waits for its pod to reach the plugin's watch")
+	fs.Float64Var(&o.qps, "kube-api-qps", manager.DefaultKubeAPIQPS, "API client queries per second; each Allocate reads its pod and records what it served on it")
+	fs.IntVar(&o.burst, "kube-api-burst", manager.DefaultKubeAPIBurst, "API client burst above --kube-api-qps")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "host:port to serve Prometheus /metrics on (Allocate outcomes, records repaired); empty serves nothing")
 	listStrategy := fs.String("device-list-strategy", string(gpushare.DeviceListEnvvar), "how Allocate names the GPU to the container runtime, as NVIDIA's device plugin: "+
 		"a comma-separated list of "+strings.Join(gpushare.DeviceListStrategyNames(), ", ")+" (docs/device-plugin.md: only volume-mounts and the CDI ones resist a pod setting NVIDIA_VISIBLE_DEVICES itself)")
@@ -90,6 +94,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	}
 	if o.quiet <= 0 || o.allocateWait <= 0 {
 		return o, errors.New("--health-quiet-period and --allocate-wait must be positive")
+	}
+	if o.qps <= 0 || o.burst <= 0 {
+		return o, errors.New("--kube-api-qps and --kube-api-burst must be positive")
 	}
 	var err error
 	if o.deviceList.Strategies, err = gpushare.ParseDeviceListStrategies(*listStrategy); err != nil {
@@ -168,6 +175,7 @@ func serve(o options, logger *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	rc.QPS, rc.Burst = float32(o.qps), o.burst
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)

@@ -24,7 +24,7 @@ func TestParse(t *testing.T) {
 	node := env(map[string]string{"NODE_NAME": "n1"})
 	o, err := parse(nil, node, &bytes.Buffer{})
 	if err != nil || o.backend != "nvml" || o.unit != gpushare.GiB || o.dir != "/var/lib/kubelet/device-plugins" ||
-		!o.healthCheck || o.quiet != 5*time.Minute || o.node != "n1" || o.kubeconfig != "" {
+		!o.healthCheck || o.quiet != 5*time.Minute || o.node != "n1" || o.kubeconfig != "" || o.qps != 50 || o.burst != 100 {
 		t.Errorf("defaults = %+v, %v", o, err)
 	}
 	o, err = parse([]string{"--memory-unit=256MiB", "--gpu-backend=simulated:dgxh200", "--health-check=false",
@@ -66,6 +66,8 @@ func TestParse(t *testing.T) {
 		{nil, nil, "NODE_NAME is not set"},
 		{[]string{"--memory-unit=3MiB"}, map[string]string{"NODE_NAME": "n"}, "divides 1024"},
 		{[]string{"--health-quiet-period=0s"}, map[string]string{"NODE_NAME": "n"}, "must be positive"},
+		{[]string{"--kube-api-qps=0"}, map[string]string{"NODE_NAME": "n"}, "--kube-api-qps and --kube-api-burst must be positive"},
+		{[]string{"--kube-api-burst=-1"}, map[string]string{"NODE_NAME": "n"}, "--kube-api-qps and --kube-api-burst must be positive"},
 		{[]string{"extra"}, map[string]string{"NODE_NAME": "n"}, "unexpected arguments"},
 		{[]string{"--health-fatal-xids=62,x"}, map[string]string{"NODE_NAME": "n"}, `"x" is not an Xid`},
 		{[]string{"--health-fatal-xids="}, map[string]string{"NODE_NAME": "n"}, `"" is not an Xid`},

@@ -31,6 +31,15 @@ const (
 	DefaultMaxBackoff        = 10 * time.Second
 )
 
+// The device plugin's API client limits, the kubelet's own defaults
+// (kubeAPIQPS, kubeAPIBurst): each Allocate reads its pod and writes its
+// record, so client-go's 5 queries per second held a node to about 2.5
+// Allocate answers a second in a burst.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
 // Config is everything the manager needs, passed in by the command.
 type Config struct {
 	Node            string               // this node's name (NODE_NAME); required

@@ -227,6 +227,14 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restCfg) 
 // Client is an admin clientset.
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 
+// ClientWithLimits returns an admin client with its own rate limits, for a component run in the
+// test process that must see the limits it ships with rather than Client's generous ones.
+func (c *Cluster) ClientWithLimits(qps float32, burst int) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(c.restCfg)
+	cfg.QPS, cfg.Burst = qps, burst
+	return kubernetes.NewForConfig(cfg)
+}
+
 // Stop stops every component (kubelets first, etcd last) and removes the directory when Start
 // created it. It is safe to call more than once.
 func (c *Cluster) Stop() {

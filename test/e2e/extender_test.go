@@ -37,7 +37,7 @@ type extInstance struct {
 }
 
 // startExtender serves the real extender on addr and waits until /readyz answers 200.
-func startExtender(t *testing.T, addr string, client kubernetes.Interface) *extInstance {
+func startExtender(t testing.TB, addr string, client kubernetes.Interface) *extInstance {
 	t.Helper()
 	var ln net.Listener
 	var err error
@@ -69,7 +69,7 @@ func startExtender(t *testing.T, addr string, client kubernetes.Interface) *extI
 	return e
 }
 
-func (e *extInstance) stop(t *testing.T) {
+func (e *extInstance) stop(t testing.TB) {
 	t.Helper()
 	e.cancel()
 	select {
@@ -134,7 +134,7 @@ func boundCount(items []corev1.Pod) int {
 	return n
 }
 
-func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func pollUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(50 * time.Millisecond)

@@ -56,7 +56,7 @@ func startPlugin(t *testing.T, client kubernetes.Interface, kubelet *cluster.Kub
 }
 
 // startPluginWith is startPlugin with the manager's configuration changed by mutate (nil: none).
-func startPluginWith(t *testing.T, client kubernetes.Interface, kubelet *cluster.Kubelet, lib nvml.Library, wait time.Duration, mutate func(*manager.Config)) *runningPlugin {
+func startPluginWith(t testing.TB, client kubernetes.Interface, kubelet *cluster.Kubelet, lib nvml.Library, wait time.Duration, mutate func(*manager.Config)) *runningPlugin {
 	t.Helper()
 	p := &runningPlugin{errc: make(chan error, 1), registered: make(chan time.Time, 100), lib: lib}
 	cfg := manager.Config{
@@ -81,7 +81,7 @@ func startPluginWith(t *testing.T, client kubernetes.Interface, kubelet *cluster
 }
 
 // stop ends the manager and waits for it; repeated calls are no-ops.
-func (p *runningPlugin) stop(t *testing.T) {
+func (p *runningPlugin) stop(t testing.TB) {
 	t.Helper()
 	if p.cancel == nil {
 		return
@@ -99,7 +99,7 @@ func (p *runningPlugin) stop(t *testing.T) {
 }
 
 // waitRegistered returns when the plugin next registers with the kubelet.
-func (p *runningPlugin) waitRegistered(t *testing.T) time.Time {
+func (p *runningPlugin) waitRegistered(t testing.TB) time.Time {
 	t.Helper()
 	select {
 	case at := <-p.registered:
@@ -112,7 +112,7 @@ func (p *runningPlugin) waitRegistered(t *testing.T) time.Time {
 	return time.Time{}
 }
 
-func simulator(t *testing.T, backend string) *nvml.Simulator {
+func simulator(t testing.TB, backend string) *nvml.Simulator {
 	t.Helper()
 	sim, err := nvml.NewSimulator(zaptest.NewLogger(t), backend)
 	if err != nil {
@@ -188,7 +188,7 @@ func (s podSpec) object(node string, devUnits uint64, assume time.Time) *corev1.
 }
 
 // createAll creates the pods at once, as a burst of binds would.
-func createAll(t *testing.T, client kubernetes.Interface, pods []*corev1.Pod) map[string]*corev1.Pod {
+func createAll(t testing.TB, client kubernetes.Interface, pods []*corev1.Pod) map[string]*corev1.Pod {
 	t.Helper()
 	var mu sync.Mutex
 	out := map[string]*corev1.Pod{}

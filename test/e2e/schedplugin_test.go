@@ -22,7 +22,7 @@ import (
 // plugin, configured as manifests/scheduler-plugin ships it) as the cluster's scheduler instead of
 // kube-scheduler calling the extender. The extender
 // still runs, uncalled, so the tests read its /inspect view of what the plugin placed.
-func startPluginSystem(t *testing.T) *systemBed {
+func startPluginSystem(t testing.TB) *systemBed {
 	t.Helper()
 	bin, err := cluster.BuildGPUShareScheduler(t.TempDir())
 	if err != nil {
@@ -144,7 +144,7 @@ func TestModesPlaceAlike(t *testing.T) {
 	got := map[string]map[string]string{}
 	for _, mode := range []struct {
 		name  string
-		start func(*testing.T) *systemBed
+		start func(testing.TB) *systemBed
 	}{{"extender", startSystem}, {"plugin", startPluginSystem}} {
 		t.Run(mode.name, func(t *testing.T) {
 			b := mode.start(t)

@@ -52,7 +52,7 @@ type systemNode struct {
 
 // startSystem starts the control plane, our extender in process and kube-scheduler configured to
 // call it for every pod asking for gpu-mem. Everything stops when the test ends.
-func startSystem(t *testing.T) *systemBed {
+func startSystem(t testing.TB) *systemBed {
 	t.Helper()
 	return startSystemWith(t, func(extAddr string) cluster.SchedulerConfig {
 		return cluster.SchedulerConfig{ClientQPS: 500, ClientBurst: 1000, Extenders: []cluster.Extender{ourExtender("http://" + extAddr)}}
@@ -61,7 +61,7 @@ func startSystem(t *testing.T) *systemBed {
 
 // startSystemWith starts the control plane, our extender in process and the scheduler sched
 // returns for the extender's address, after running each of before on the cluster.
-func startSystemWith(t *testing.T, sched func(extAddr string) cluster.SchedulerConfig, before ...func(*cluster.Cluster)) *systemBed {
+func startSystemWith(t testing.TB, sched func(extAddr string) cluster.SchedulerConfig, before ...func(*cluster.Cluster)) *systemBed {
 	t.Helper()
 	addr := "127.0.0.1:" + freeLoopbackPort(t)
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
@@ -79,13 +79,13 @@ func startSystemWith(t *testing.T, sched func(extAddr string) cluster.SchedulerC
 
 // addNode starts a hollow kubelet named name and our device plugin on the simulated backend, and
 // returns once the node advertises every unit, publishes its GPUs and is in the extender's view.
-func (b *systemBed) addNode(t *testing.T, name, backend string) *systemNode {
+func (b *systemBed) addNode(t testing.TB, name, backend string) *systemNode {
 	t.Helper()
 	return b.addNodeWith(t, name, simulator(t, backend), nil)
 }
 
 // addNodeWith is addNode on lib, with the plugin's configuration changed by mutate (nil: none).
-func (b *systemBed) addNodeWith(t *testing.T, name string, sim nvml.Library, mutate func(*manager.Config)) *systemNode {
+func (b *systemBed) addNodeWith(t testing.TB, name string, sim nvml.Library, mutate func(*manager.Config)) *systemNode {
 	t.Helper()
 	ctx := t.Context()
 	kubelet, err := b.c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
@@ -100,7 +100,13 @@ func (b *systemBed) addNodeWith(t *testing.T, name string, sim nvml.Library, mut
 	for _, d := range devs {
 		n.total += int64(d.MemoryMiB / 1024)
 	}
-	n.plugin = startPluginWith(t, b.client, kubelet, sim, 10*time.Second, mutate)
+	// The plugin's own client, at the limits the binary ships with: the bed's shared client allows
+	// far more, which hid the plugin's old 5 queries per second.
+	client, err := b.c.ClientWithLimits(manager.DefaultKubeAPIQPS, manager.DefaultKubeAPIBurst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.plugin = startPluginWith(t, client, kubelet, sim, 10*time.Second, mutate)
 	n.plugin.waitRegistered(t)
 	node, err := b.c.WaitForNode(ctx, name, waitLong, "advertises our devices and publishes its GPUs", func(node *corev1.Node) bool {
 		desc, err := gpushare.DecodeNodeGPUs(node.Annotations[gpushare.AnnotationNodeGPUs])
@@ -207,7 +213,7 @@ func containerCount(pods []sysPod) int {
 }
 
 // createBurst creates every pod at once and returns them by name.
-func (b *systemBed) createBurst(t *testing.T, pods []sysPod) map[string]*corev1.Pod {
+func (b *systemBed) createBurst(t testing.TB, pods []sysPod) map[string]*corev1.Pod {
 	t.Helper()
 	objs := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
@@ -217,7 +223,7 @@ func (b *systemBed) createBurst(t *testing.T, pods []sysPod) map[string]*corev1.
 }
 
 // listPods returns the current state of the named pods, in name order.
-func (b *systemBed) listPods(t *testing.T, names map[string]*corev1.Pod) []corev1.Pod {
+func (b *systemBed) listPods(t testing.TB, names map[string]*corev1.Pod) []corev1.Pod {
 	t.Helper()
 	l, err := b.client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
 	if err != nil {
@@ -237,7 +243,7 @@ func (b *systemBed) listPods(t *testing.T, names map[string]*corev1.Pod) []corev
 }
 
 // running counts the Running pods; a Failed pod fails the test at once with the kubelet's reason.
-func running(t *testing.T, items []corev1.Pod) int {
+func running(t testing.TB, items []corev1.Pod) int {
 	t.Helper()
 	n := 0
 	for _, p := range items {
@@ -285,7 +291,7 @@ func recordedCount(items []corev1.Pod) int {
 
 // waitAllRunning polls until every pod runs and carries the plugin's record; on timeout it names
 // each one that does not and why.
-func (b *systemBed) waitAllRunning(t *testing.T, names map[string]*corev1.Pod, timeout time.Duration) []corev1.Pod {
+func (b *systemBed) waitAllRunning(t testing.TB, names map[string]*corev1.Pod, timeout time.Duration) []corev1.Pod {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -655,22 +661,31 @@ func TestSystemBurst(t *testing.T) {
 // holdBacks counts the scheduler's FailedScheduling events (each aggregated repeat included)
 // whose message is the extender's hold-back reason ("waiting for ..."): proof that the race-free
 // rule actually held pods back during the burst.
-func (b *systemBed) holdBacks(t *testing.T) int {
+func (b *systemBed) holdBacks(t testing.TB) int {
+	n := 0
+	for _, count := range b.heldBack(t) {
+		n += count
+	}
+	return n
+}
+
+// heldBack counts the scheduler's FailedScheduling events that name a hold-back, by pod.
+func (b *systemBed) heldBack(t testing.TB) map[string]int {
 	t.Helper()
 	l, err := b.client.EventsV1().Events("default").List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	out := map[string]int{}
 	for _, e := range l.Items {
 		if e.Reason == "FailedScheduling" && strings.Contains(e.Note, "waiting for") {
-			n++
+			out[e.Regarding.Name]++
 			if e.Series != nil {
-				n += int(e.Series.Count) - 1
+				out[e.Regarding.Name] += int(e.Series.Count) - 1
 			}
 		}
 	}
-	return n
+	return out
 }
 
 // checkSpread asserts what the burst is designed to exercise: equal sizes on several GPUs (the

@@ -253,14 +253,17 @@ func run(o options) error {
 		return err
 	}
 	restConfig.UserAgent = "hollow-kubelet"
+	flags, kc := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
+		NodeName: o.name, KubeletPort: o.port, MaxPods: o.maxPods, NodeLabels: labels,
+	})
+	// The kubelet's API client limits (kubeAPIQPS 50, kubeAPIBurst 100 by default), as the real
+	// kubelet sets them: left at client-go's 5 and 10, pod status updates queued behind each other
+	// and a node showed about 2 pods/s reaching Running, whatever our plugin did.
+	restConfig.QPS, restConfig.Burst = float32(kc.KubeAPIQPS), int(kc.KubeAPIBurst)
 	client, err := clientset.NewForConfig(restConfig)
 	if err != nil {
 		return err
 	}
-
-	flags, kc := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
-		NodeName: o.name, KubeletPort: o.port, MaxPods: o.maxPods, NodeLabels: labels,
-	})
 	// GetHollowKubeletConfig always makes a /tmp/hollow-kubelet.* tree: keep everything under -root-dir.
 	if flags.RootDirectory != o.rootDir {
 		_ = os.RemoveAll(flags.RootDirectory)

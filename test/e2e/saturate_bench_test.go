@@ -1,0 +1,288 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/plugin/gpushare"
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+// saturateNodes hollow kubelets of 8 × 80 GiB run each saturating burst: 2,560 GiB.
+const saturateNodes = 4
+
+// saturateMixes fill 62% of the nodes with pods of one or two sizes: ten 8 GiB pods fill a GPU,
+// so equal sizes overflow onto the next GPU of a node while the last pod on the full one is still
+// in flight, which is when the hold-back rule (docs/design.md, rule 2) makes a pod wait.
+var saturateMixes = []struct {
+	name  string
+	sizes map[int64]int // units per pod: pods
+}{
+	{"8GiB", map[int64]int{8: 200}},
+	{"8+12GiB", map[int64]int{8: 120, 12: 53}},
+}
+
+// BenchmarkSaturatingBurst measures what the hold-back rule costs when GPUs fill up: 4 hollow
+// kubelets running our device plugin and the real kubelet device manager, each burst created at
+// once (16 writers), through our extender and through gpushare-scheduler. It reports pods per
+// second to bound and to Running, create→Running p50 and p99, the p99 of each stage (create→bound:
+// the scheduler and the hold-back; bound→assigned: kubelet admission, Allocate and the plugin's
+// record; assigned→Running: the kubelet starting the containers), and how many filter refusals were
+// hold-backs. Each configuration is one round on a fresh cluster. Run:
+//
+//	go test -tags e2e -run '^$' -bench SaturatingBurst -benchtime 1x -timeout 30m ./test/e2e/
+func BenchmarkSaturatingBurst(b *testing.B) {
+	klog.SetLogger(logr.Discard())
+	b.Cleanup(klog.ClearLogger)
+	for _, mode := range []struct {
+		name  string
+		start func(testing.TB) *systemBed
+	}{{"extender", startSystem}, {"plugin", startPluginSystem}} {
+		b.Run("mode="+mode.name, func(b *testing.B) {
+			for _, mix := range saturateMixes {
+				b.Run("pods="+mix.name, func(b *testing.B) {
+					bed := mode.start(b)
+					for i := range saturateNodes {
+						bed.addNode(b, fmt.Sprintf("sat-%d", i), "simulated:dgxh100")
+					}
+					for round := range b.N {
+						bed.saturate(b, fmt.Sprintf("r%d", round), mix.sizes).report(b)
+					}
+				})
+			}
+		})
+	}
+}
+
+// burstTimes is when each pod of a burst was created, bound, assigned by the plugin and Running.
+type burstTimes struct {
+	began                               time.Time
+	created, bound, assigned, runningAt map[string]time.Time
+	held                                map[string]int // hold-back refusals by pod
+}
+
+// saturate creates the burst, waits for every pod to run with its record, then deletes it.
+func (b *systemBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) *burstTimes {
+	tb.Helper()
+	var pods []*corev1.Pod
+	for _, units := range slices.Sorted(maps.Keys(sizes)) {
+		for i := range sizes[units] {
+			pods = append(pods, sysPod{name: fmt.Sprintf("%s-%02d-%03d", prefix, units, i), sizes: []int64{units}}.object())
+		}
+	}
+	rec := watchBurst(tb, b.client, pods)
+	times := rec.create(tb, b, pods)
+	rec.wait(tb, systemWait)
+	times.held = map[string]int{}
+	for name, n := range b.heldBack(tb) {
+		if _, ours := times.created[name]; ours {
+			times.held[name] = n
+		}
+	}
+	b.deleteBurst(tb, pods)
+	return times
+}
+
+// burstRecorder notes, from a watch, the moment each pod of a burst is bound, assigned and Running.
+type burstRecorder struct {
+	mu    sync.Mutex
+	times *burstTimes
+	left  int           // pods not yet Running with their record
+	done  chan struct{} // closed when left reaches 0
+	stop  context.CancelFunc
+}
+
+// watchBurst starts watching the namespace's pods for the burst's names.
+func watchBurst(tb testing.TB, client kubernetes.Interface, pods []*corev1.Pod) *burstRecorder {
+	tb.Helper()
+	r := &burstRecorder{
+		times: &burstTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, assigned: map[string]time.Time{}, runningAt: map[string]time.Time{}},
+		left:  len(pods), done: make(chan struct{}),
+	}
+	for _, p := range pods {
+		r.times.created[p.Name] = time.Time{}
+	}
+	ctx, cancel := context.WithCancel(tb.Context())
+	r.stop = cancel
+	tb.Cleanup(cancel)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"))
+	inf := f.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.see(obj) },
+		UpdateFunc: func(_, obj any) { r.see(obj) },
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		tb.Fatal("the burst's pod watch did not sync")
+	}
+	return r
+}
+
+// see notes the first moment pod obj is bound, assigned and Running.
+func (r *burstRecorder) see(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ours := r.times.created[p.Name]; !ours {
+		return
+	}
+	first := func(m map[string]time.Time, cond bool) {
+		if _, seen := m[p.Name]; cond && !seen {
+			m[p.Name] = now
+		}
+	}
+	_, wasDone := r.times.runningAt[p.Name]
+	wasDone = wasDone && !r.times.assigned[p.Name].IsZero()
+	first(r.times.bound, p.Spec.NodeName != "")
+	first(r.times.assigned, p.Annotations[gpushare.AnnotationAssigned] == "true")
+	first(r.times.runningAt, p.Status.Phase == corev1.PodRunning)
+	_, isRunning := r.times.runningAt[p.Name]
+	if !wasDone && isRunning && !r.times.assigned[p.Name].IsZero() {
+		r.left--
+		if r.left == 0 {
+			close(r.done)
+		}
+	}
+}
+
+// create creates the pods with 16 writers, noting when each was sent.
+func (r *burstRecorder) create(tb testing.TB, b *systemBed, pods []*corev1.Pod) *burstTimes {
+	tb.Helper()
+	r.mu.Lock()
+	r.times.began = time.Now()
+	r.mu.Unlock()
+	work := make(chan *corev1.Pod)
+	errs := make(chan error, len(pods))
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for p := range work {
+				sent := time.Now()
+				if _, err := b.client.CoreV1().Pods("default").Create(tb.Context(), p, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create %s: %w", p.Name, err)
+					continue
+				}
+				r.mu.Lock()
+				r.times.created[p.Name] = sent
+				r.mu.Unlock()
+			}
+		})
+	}
+	for _, p := range pods {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+	return r.times
+}
+
+// wait returns once every pod runs with its record, failing tb after timeout.
+func (r *burstRecorder) wait(tb testing.TB, timeout time.Duration) {
+	tb.Helper()
+	defer r.stop()
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		tb.Fatalf("after %v, %d of %d pods are not Running with their record", timeout, r.left, len(r.times.created))
+	}
+}
+
+// deleteBurst deletes the pods at once and waits until the API server has none of them, so the
+// next round starts on empty GPUs.
+func (b *systemBed) deleteBurst(tb testing.TB, pods []*corev1.Pod) {
+	tb.Helper()
+	zero := int64(0)
+	for _, p := range pods {
+		err := b.client.CoreV1().Pods("default").Delete(tb.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil && !apierrors.IsNotFound(err) {
+			tb.Fatal(err)
+		}
+	}
+	err := cluster.Poll(tb.Context(), waitLong, "the burst's pods are gone", func(ctx context.Context) (bool, error) {
+		l, err := b.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(l.Items) == 0, nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// report turns the round's times into the benchmark's metrics.
+func (t *burstTimes) report(b *testing.B) {
+	var toRun, toBind, toAssign, toStart, bindHeld, bindOther []time.Duration
+	refusals := 0
+	var lastBound, lastRunning time.Time
+	for name, created := range t.created {
+		bound, assigned, running := t.bound[name], t.assigned[name], t.runningAt[name]
+		toRun = append(toRun, running.Sub(created))
+		toBind = append(toBind, bound.Sub(created))
+		if n := t.held[name]; n > 0 {
+			bindHeld, refusals = append(bindHeld, bound.Sub(created)), refusals+n
+		} else {
+			bindOther = append(bindOther, bound.Sub(created))
+		}
+		toAssign = append(toAssign, assigned.Sub(bound))
+		toStart = append(toStart, running.Sub(assigned))
+		lastBound, lastRunning = latest(lastBound, bound), latest(lastRunning, running)
+	}
+	n := float64(len(t.created))
+	b.ReportMetric(n/lastBound.Sub(t.began).Seconds(), "pods/s-bound")
+	b.ReportMetric(n/lastRunning.Sub(t.began).Seconds(), "pods/s-running")
+	b.ReportMetric(quantile(toRun, 0.5).Seconds(), "p50-s")
+	b.ReportMetric(quantile(toRun, 0.99).Seconds(), "p99-s")
+	b.ReportMetric(quantile(toBind, 0.99).Seconds(), "p99-bind-s")
+	b.ReportMetric(quantile(toAssign, 0.99).Seconds(), "p99-assign-s")
+	b.ReportMetric(quantile(toStart, 0.99).Seconds(), "p99-start-s")
+	b.ReportMetric(quantile(bindHeld, 0.99).Seconds(), "p99-bind-held-s")
+	b.ReportMetric(quantile(bindOther, 0.99).Seconds(), "p99-bind-other-s")
+	b.ReportMetric(float64(len(bindHeld)), "pods-held")
+	b.ReportMetric(float64(refusals), "holdbacks")
+	b.ReportMetric(0, "ns/op") // the figures above are the result; wall time per round is not
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// quantile is the q-quantile of ds by the nearest rank.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
