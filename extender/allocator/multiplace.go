@@ -22,7 +22,7 @@ func placeMulti(n *Node, r Request, cons map[uint64]constraint) (Placement, *Unf
 	forced, why := forcedSet(cons, r.Containers)
 	switch {
 	case why != "":
-		return Placement{}, &Unfit{Reason: why}
+		return Placement{}, &Unfit{Reason: why, Waiting: true}
 	case forced != 0:
 		return placeForced(n, r, cons, forced, per)
 	}
@@ -81,7 +81,7 @@ func forcedSet(cons map[uint64]constraint, containers []gpushare.ContainerReques
 // each with per units free, all NVLink-connected when r requires it.
 // Otherwise r waits for the in-flight pod that holds the set.
 func placeForced(n *Node, r Request, cons map[uint64]constraint, forced gpushare.GPUSet, per uint64) (Placement, *Unfit) {
-	wait := &Unfit{Reason: blockedOn(cons, r.Containers, 0)}
+	wait := &Unfit{Reason: blockedOn(cons, r.Containers, 0), Waiting: true}
 	if forced.Len() != r.GPUs.Count {
 		return Placement{}, wait
 	}

@@ -25,6 +25,10 @@ type Unfit struct {
 	// sharing GPUs, or the pod is bigger than any of its GPUs), so the
 	// scheduler should not try preemption for it.
 	Unresolvable bool
+	// Waiting is true when the pod fits but the hold-back rule keeps it off
+	// every fitting choice until an in-flight pod is allocated: it will fit
+	// without anything leaving the node.
+	Waiting bool
 }
 
 // Error returns the reason, so an Unfit can travel as an error.
@@ -151,7 +155,7 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 		return Placement{Home: g.Index, DevUnits: g.Units}, nil
 	}
 	if fitting {
-		return Placement{}, &Unfit{Reason: heldBy}
+		return Placement{}, &Unfit{Reason: heldBy, Waiting: true}
 	}
 	if r.regular() < 2 {
 		if r.Units > largest {
@@ -229,7 +233,7 @@ func split(n *Node, r Request, policy Policy, cons map[uint64]constraint, larges
 		return p, nil
 	}
 	if heldBy != "" {
-		return Placement{}, &Unfit{Reason: heldBy}
+		return Placement{}, &Unfit{Reason: heldBy, Waiting: true}
 	}
 	return Placement{}, &Unfit{Reason: ReasonInsufficient}
 }

@@ -265,8 +265,8 @@ func TestHoldBack(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p, unfit := Place(tt.node, tt.req, BestFit)
 			if tt.reason != "" {
-				if unfit == nil || !strings.Contains(unfit.Reason, tt.reason) || unfit.Unresolvable {
-					t.Fatalf("Place = %+v, %+v; want resolvable reason containing %q", p, unfit, tt.reason)
+				if unfit == nil || !strings.Contains(unfit.Reason, tt.reason) || unfit.Unresolvable || !unfit.Waiting {
+					t.Fatalf("Place = %+v, %+v; want resolvable, waiting, reason containing %q", p, unfit, tt.reason)
 				}
 				return
 			}
@@ -279,6 +279,14 @@ func TestHoldBack(t *testing.T) {
 			// Whatever was chosen, every same-size pair must now share a signature.
 			assertSignatures(t, tt.node, tt.req, p)
 		})
+	}
+}
+
+// A node without room is not waiting: nothing in flight leaving it would make the pod fit.
+func TestUnfitWithoutRoomIsNotWaiting(t *testing.T) {
+	n := node(gpus(16, 14, 16, 14), InFlight{Pod: "default/p", PodUnits: 4, Slots: []Slot{{4, gpushare.NewGPUSet(0)}}})
+	if _, unfit := Place(n, req(4), BestFit); unfit == nil || unfit.Waiting {
+		t.Fatalf("Place on full GPUs = %+v; want an unfit that is not waiting", unfit)
 	}
 }
 

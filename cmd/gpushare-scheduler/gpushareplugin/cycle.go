@@ -181,7 +181,10 @@ func withPlaced(n *allocator.Node, r allocator.Request, policy allocator.Policy)
 }
 
 // Filter places the pod on the node's GPUs as the extender's filter does,
-// with its reasons: unresolvable when evicting pods cannot help.
+// with its reasons: unresolvable when evicting pods cannot help, Pending
+// when only the hold-back rule keeps it off (it fits once an in-flight pod
+// is allocated, so the scheduler retries it on that event without backoff:
+// gpuMemoryFreed).
 func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node fwk.NodeInfo) *fwk.Status {
 	s := stateOf(cs)
 	if s == nil {
@@ -194,8 +197,11 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nod
 	}
 	if _, unfit := allocator.Place(n, s.req, p.policy); unfit != nil {
 		code := fwk.Unschedulable
-		if unfit.Unresolvable {
+		switch {
+		case unfit.Unresolvable:
 			code = fwk.UnschedulableAndUnresolvable
+		case unfit.Waiting:
+			code = fwk.Pending
 		}
 		return fwk.NewStatus(code, unfit.Reason)
 	}
