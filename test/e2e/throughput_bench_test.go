@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -27,18 +28,20 @@ import (
 	"github.com/gpushare/gpushare/test/localcluster/manifests"
 )
 
-const (
-	throughputNodes = 100
-	throughputBurst = 500
-)
+const throughputBurst = 500
+
+// throughputNodes is how many GPU nodes BenchmarkSchedulingThroughput runs on: 100 in make bench,
+// 1,000 on request (-args -throughput-nodes 1000).
+var throughputNodes = flag.Int("throughput-nodes", 100, "GPU nodes of BenchmarkSchedulingThroughput")
 
 // BenchmarkSchedulingThroughput measures pods bound per second through the real kube-scheduler
-// on 100 GPU nodes (8 × 80 GiB), with the scheduler alone, with our extender (filter,
-// prioritize, bind) in its loop, and as gpushare-scheduler (the GPUShare plugin compiled in,
-// configured as manifests/scheduler-plugin ships it), at the scheduler's default client QPS (50)
-// and at 500. The configurations run in turn on the same cluster and nodes in one benchmark, so
-// the reported ratios (ratio: extender, ratio-plugin: plugin, each to the scheduler alone) compare
-// like with like. The extender is our shipped binary, a process of its own, and
+// on 100 GPU nodes (8 × 80 GiB; -throughput-nodes changes it), with the scheduler alone, with our
+// extender (filter, prioritize, bind) in its loop, with the extender but no prioritize verb
+// (manifests.MostAllocatedConfig: nodes ranked by NodeResourcesFit MostAllocated), and as
+// gpushare-scheduler (the GPUShare plugin compiled in, configured as manifests/scheduler-plugin
+// ships it), at the scheduler's default client QPS (50) and at 500. The configurations run in turn
+// on the same cluster and nodes in one benchmark, so the reported ratios (ratio: extender,
+// ratio-mostallocated, ratio-plugin, each to the scheduler alone) compare like with like. The extender is our shipped binary, a process of its own, and
 // runs only for the rounds that use it: alone, the cluster does not carry its watch. Each round
 // creates 500 pods of 4 GiB at once (16 writers) and stops the clock when the last one is bound.
 // It also reports the CPU time each process spent per pod bound in each round, which on a small
@@ -66,11 +69,19 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	mostAllocated, err := manifests.MostAllocatedConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	mostAllocatedProfiles, err := manifests.Profiles(mostAllocated, corev1.DefaultSchedulerName)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, qps := range []float32{50, 500} {
 		b.Run(fmt.Sprintf("qps=%v", qps), func(b *testing.B) {
 			ctx := context.Background()
 			c := cluster.StartT(b, cluster.Config{NoScheduler: true})
-			nodes := make([]cluster.NodeSpec, throughputNodes)
+			nodes := make([]cluster.NodeSpec, *throughputNodes)
 			for i := range nodes {
 				nodes[i] = cluster.NodeSpec{
 					Name:      fmt.Sprintf("gpu-%03d", i),
@@ -89,10 +100,16 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 				BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 30 * time.Second,
 				ManagedResources: []cluster.ManagedResource{{Name: string(gpushare.ResourceName)}},
 			}}
+			// The profile without prioritize (manifests.MostAllocatedConfig, measured, not shipped):
+			// the extender filters and binds, kube-scheduler ranks nodes by MostAllocated on gpu-mem.
+			withMostAllocated := withExtender
+			withMostAllocated.Extenders = slices.Clone(withExtender.Extenders)
+			withMostAllocated.Extenders[0].PrioritizeVerb, withMostAllocated.Extenders[0].Weight = "", 0
+			withMostAllocated.Profiles = mostAllocatedProfiles
 			grantPluginRole(b, c, dir)
 			withPlugin := alone
 			withPlugin.Binary, withPlugin.Profiles = pluginBin, profiles
-			var aloneRate, extenderRate, pluginRate []float64
+			var aloneRate, extenderRate, mostAllocatedRate, pluginRate []float64
 			cpu := map[string][]float64{} // metric → ms per pod of each round
 			for i := 0; i < b.N; i++ {
 				ext.stop()
@@ -107,6 +124,11 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 				for proc, ms := range perPod {
 					cpu["cpu-ms/pod-"+proc+"-extender"] = append(cpu["cpu-ms/pod-"+proc+"-extender"], ms)
 				}
+				rate, perPod = burstRate(b, c, withMostAllocated, fmt.Sprintf("mostalloc-%d", i))
+				mostAllocatedRate = append(mostAllocatedRate, rate)
+				for proc, ms := range perPod {
+					cpu["cpu-ms/pod-"+proc+"-mostallocated"] = append(cpu["cpu-ms/pod-"+proc+"-mostallocated"], ms)
+				}
 				ext.stop()
 				rate, perPod = burstRate(b, c, withPlugin, fmt.Sprintf("plugin-%d", i))
 				pluginRate = append(pluginRate, rate)
@@ -118,6 +140,9 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 			b.ReportMetric(a, "pods/s-scheduler")
 			b.ReportMetric(e, "pods/s-extender")
 			b.ReportMetric(e/a, "ratio")
+			m := median(mostAllocatedRate)
+			b.ReportMetric(m, "pods/s-mostallocated")
+			b.ReportMetric(m/a, "ratio-mostallocated")
 			p := median(pluginRate)
 			b.ReportMetric(p, "pods/s-plugin")
 			b.ReportMetric(p/a, "ratio-plugin")

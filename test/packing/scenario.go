@@ -24,6 +24,8 @@ type Run struct {
 	Policy allocator.Policy
 	Ties   Tie
 	Blind  bool // nodes publish no topology (Options.Blind)
+	// Nodes is how nodes are ranked (Options.NodeScore).
+	Nodes NodeScore
 }
 
 // Name is how reports label r: the policy, with "/random" for random ties
@@ -36,13 +38,20 @@ func (r Run) Name() string {
 	if r.Blind {
 		name += "/blind"
 	}
+	if r.Nodes == ScoreMostAllocated {
+		name += "/mostallocated"
+	}
 	return name
 }
 
 // Runs are the settings every scenario is replayed with: the three policies
-// with the lowest node winning ties, and the default policy with random ties.
+// with the lowest node winning ties, the default policy with random ties,
+// and the default policy's GPU choice with nodes ranked by kube-scheduler's
+// MostAllocated instead of the prioritize verb (random ties, as the
+// scheduler breaks them): the profile without prioritize.
 func Runs() []Run {
-	return []Run{{Policy: allocator.BestFit}, {Policy: allocator.FirstFit}, {Policy: allocator.Spread}, {Policy: allocator.BestFit, Ties: TieRandom}}
+	return []Run{{Policy: allocator.BestFit}, {Policy: allocator.FirstFit}, {Policy: allocator.Spread}, {Policy: allocator.BestFit, Ties: TieRandom},
+		{Policy: allocator.BestFit, Ties: TieRandom, Nodes: ScoreMostAllocated}}
 }
 
 // RunsFor are the settings s is replayed with: Runs, and for a workload of
@@ -222,7 +231,7 @@ func RunScenario(s Scenario, pods []Pod, runs []Run) (Report, error) {
 	rep.Fill.BoundGiB = s.Fleet.CapacityGiB()
 	rep.Fill.FFD = FillReference(s.Fleet, pods)
 	for i, r := range runs {
-		opt := Options{Policy: r.Policy, Ties: r.Ties, Seed: s.Gen.Seed + uint64(i), Blind: r.Blind}
+		opt := Options{Policy: r.Policy, Ties: r.Ties, Seed: s.Gen.Seed + uint64(i), Blind: r.Blind, NodeScore: r.Nodes}
 		f, err := Fill(s.Fleet, pods, opt)
 		if err != nil {
 			return Report{}, fmt.Errorf("%s %s fill: %w", s.Name, r.Name(), err)

@@ -48,11 +48,43 @@ type Options struct {
 	// one GPU, and a pod when one of no more GPUs and no larger share
 	// already failed in that round.
 	Exhaustive bool
+	// NodeScore is how nodes are ranked: by the extender's prioritize (the
+	// default), or by kube-scheduler's NodeResourcesFit MostAllocated on the
+	// node's total gpu-mem, for a configuration without the prioritize verb.
+	NodeScore NodeScore
 	// Blind leaves every node's Links zero (an unknown topology, as from a
 	// device plugin that predates links), so multi-GPU sets are chosen by
 	// best fit alone: the topology-blind baseline. Whether a set honours
 	// the topology is still judged by the fleet's real links.
 	Blind bool
+}
+
+// NodeScore names a way to rank the nodes a pod fits on.
+type NodeScore int
+
+const (
+	// ScoreExtender is allocator.Score, the extender's prioritize verb.
+	ScoreExtender NodeScore = iota
+	// ScoreMostAllocated is kube-scheduler's NodeResourcesFit scoring
+	// strategy MostAllocated with aliyun.com/gpu-mem as its one resource:
+	// the node's requested units with the pod's, times 100, over its
+	// allocatable units, in integers. It sees the node's total, not its GPUs.
+	ScoreMostAllocated
+)
+
+// score ranks node n for request r.
+func (s NodeScore) score(n *allocator.Node, r allocator.Request, policy allocator.Policy) int64 {
+	if s != ScoreMostAllocated {
+		return allocator.Score(n, r, policy)
+	}
+	var used, total uint64
+	for _, g := range n.GPUs {
+		used, total = used+g.Used, total+g.Units
+	}
+	if total == 0 {
+		return 0
+	}
+	return int64((used + r.Units) * 100 / total)
 }
 
 // ErrBookkeeping is a broken invariant of the simulation: a GPU charged over
@@ -235,7 +267,7 @@ func (c *cluster) place(p Pod) (placed, bool, error) {
 		if unfit != nil {
 			continue
 		}
-		score := allocator.Score(n, r, c.opt.Policy)
+		score := c.opt.NodeScore.score(n, r, c.opt.Policy)
 		switch {
 		case best < 0 || score > bestScore:
 			best, bestScore, bestPlacement, ties = i, score, pl, 1

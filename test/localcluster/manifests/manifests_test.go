@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"encoding/json"
 	"os"
 	"path"
 	"path/filepath"
@@ -136,6 +137,16 @@ type schedulerConfig struct {
 
 func checkExtender(t *testing.T, what string, data []byte, port string) schedulerConfig {
 	t.Helper()
+	cfg := checkExtenderVerbs(t, what, data, port)
+	if e := cfg.Extenders[0]; e.PrioritizeVerb != "prioritize" || e.Weight <= 0 {
+		t.Errorf("%s: prioritize verb %q weight %d", what, e.PrioritizeVerb, e.Weight)
+	}
+	return cfg
+}
+
+// checkExtenderVerbs checks the extender entry of a configuration but for its prioritize verb.
+func checkExtenderVerbs(t *testing.T, what string, data []byte, port string) schedulerConfig {
+	t.Helper()
 	var cfg schedulerConfig
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -147,8 +158,8 @@ func checkExtender(t *testing.T, what string, data []byte, port string) schedule
 	if !strings.HasSuffix(e.URLPrefix, ":"+port+"/gpushare-scheduler") {
 		t.Errorf("%s: urlPrefix %q, want port %s and path /gpushare-scheduler", what, e.URLPrefix, port)
 	}
-	if e.FilterVerb != "filter" || e.PrioritizeVerb != "prioritize" || e.BindVerb != "bind" || e.Weight <= 0 {
-		t.Errorf("%s: verbs %q %q %q weight %d", what, e.FilterVerb, e.PrioritizeVerb, e.BindVerb, e.Weight)
+	if e.FilterVerb != "filter" || e.BindVerb != "bind" || e.PreemptVerb != "preempt" {
+		t.Errorf("%s: verbs %q %q %q", what, e.FilterVerb, e.BindVerb, e.PreemptVerb)
 	}
 	if !e.NodeCacheCapable || e.Ignorable || len(e.ManagedResources) != 1 || e.ManagedResources[0].Name != string(gpushare.ResourceName) {
 		t.Errorf("%s: nodeCacheCapable %v ignorable %v managedResources %+v", what, e.NodeCacheCapable, e.Ignorable, e.ManagedResources)
@@ -194,6 +205,50 @@ func TestSchedulerConfigs(t *testing.T) {
 	d := convert[appsv1.Deployment](t, objs["Deployment kube-system/gpushare-scheduler"])
 	if img := d.Spec.Template.Spec.Containers[0].Image; img != "registry.k8s.io/kube-scheduler:v1.37.2" {
 		t.Errorf("second scheduler image %q", img)
+	}
+}
+
+// The measured profile without prioritize calls the extender to filter, bind and preempt only, and
+// ranks nodes by MostAllocated on gpu-mem alone.
+func TestMostAllocatedConfig(t *testing.T) {
+	data, err := MostAllocatedConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := checkExtenderVerbs(t, "the MostAllocated configuration", data, "12345")
+	if e := cfg.Extenders[0]; e.PrioritizeVerb != "" || e.Weight != 0 {
+		t.Errorf("prioritize verb %q weight %d; want none", e.PrioritizeVerb, e.Weight)
+	}
+	profiles, err := Profiles(data, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []struct {
+		SchedulerName string `json:"schedulerName"`
+		PluginConfig  []struct {
+			Name string `json:"name"`
+			Args struct {
+				ScoringStrategy struct {
+					Type      string `json:"type"`
+					Resources []struct {
+						Name   string `json:"name"`
+						Weight int    `json:"weight"`
+					} `json:"resources"`
+				} `json:"scoringStrategy"`
+			} `json:"args"`
+		} `json:"pluginConfig"`
+	}
+	if err := json.Unmarshal(profiles, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].SchedulerName != "x" || len(got[0].PluginConfig) != 1 {
+		t.Fatalf("profiles %+v; want one, renamed, with one plugin's config", got)
+	}
+	pc := got[0].PluginConfig[0]
+	s := pc.Args.ScoringStrategy
+	if pc.Name != "NodeResourcesFit" || s.Type != "MostAllocated" || len(s.Resources) != 1 ||
+		s.Resources[0].Name != string(gpushare.ResourceName) || s.Resources[0].Weight != 1 {
+		t.Errorf("plugin config %+v; want NodeResourcesFit MostAllocated on %s, weight 1", pc, gpushare.ResourceName)
 	}
 }
 

@@ -2,9 +2,11 @@ package manifests
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,6 +21,16 @@ const (
 	SchedulerConfigFile     = "scheduler/kube-scheduler-config.yaml"
 	MTLSSchedulerConfigFile = "mtls/kube-scheduler-config.yaml"
 )
+
+// MostAllocatedConfig returns the measured, unshipped configuration without the prioritize verb
+// (nodes ranked by NodeResourcesFit MostAllocated on gpu-mem), kept beside this source file.
+func MostAllocatedConfig() ([]byte, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return nil, errors.New("cannot locate the MostAllocated configuration")
+	}
+	return os.ReadFile(filepath.Join(filepath.Dir(file), "testdata", "kube-scheduler-config-mostallocated.yaml"))
+}
 
 // Second-scheduler names in manifests/second-scheduler.
 const (
@@ -139,6 +151,12 @@ func PluginSchedulerProfiles(dir, schedulerName string) (json.RawMessage, error)
 	if err != nil {
 		return nil, err
 	}
+	return Profiles(data, schedulerName)
+}
+
+// Profiles returns the profiles of a KubeSchedulerConfiguration as JSON, every profile renamed
+// schedulerName; it fails when there are none.
+func Profiles(data []byte, schedulerName string) (json.RawMessage, error) {
 	var cfg struct {
 		Profiles []map[string]any `json:"profiles"`
 	}
@@ -146,7 +164,7 @@ func PluginSchedulerProfiles(dir, schedulerName string) (json.RawMessage, error)
 		return nil, err
 	}
 	if len(cfg.Profiles) == 0 {
-		return nil, fmt.Errorf("%s: no profiles", PluginSchedulerDir)
+		return nil, errors.New("the scheduler configuration has no profiles")
 	}
 	for _, p := range cfg.Profiles {
 		p["schedulerName"] = schedulerName
