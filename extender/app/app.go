@@ -117,8 +117,14 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	recorder, stopEvents, err := startEvents(ctx, cfg.Client)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: after the server and every bind.
+	defer stopEvents()
 	b := binder.New(binder.Config{Client: cfg.Client, Cache: c, Policy: cfg.Policy, Logger: log.Named("binder"),
-		BindTimeout: cfg.BindTimeout, OnAmbiguous: consistency.AmbiguousBind})
+		BindTimeout: cfg.BindTimeout, OnAmbiguous: consistency.AmbiguousBind, Events: recorder})
 	s, err := server.New(server.Config{
 		Cache: c, Binder: b, Policy: cfg.Policy, Logger: log.Named("server"),
 		Registry: reg, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes, GPUMetrics: cfg.GPUMetrics,

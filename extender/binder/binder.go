@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -54,6 +55,17 @@ type Config struct {
 	// answer was resolved: AmbiguousBound, AmbiguousReleased or
 	// AmbiguousUnknown; for metrics.
 	OnAmbiguous func(resolution string)
+	// Events, when set, records on each pod a Normal GPUShareScheduled
+	// event once it is bound and a Warning GPUShareBindRefused when Bind
+	// refuses it, so `kubectl describe pod` tells where it went or why not;
+	// nil records none (the scheduler plugin's framework records its own).
+	Events EventRecorder
+}
+
+// EventRecorder is the part of client-go's events.EventRecorder the binder
+// uses; events.NewFakeRecorder satisfies it too.
+type EventRecorder interface {
+	Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any)
 }
 
 // Defaults of Config. kube-scheduler must wait longer than a bind can take:
@@ -105,8 +117,17 @@ func New(cfg Config) *Binder {
 }
 
 // Bind places the pod of args on args.Node. An *allocator.Unfit error means
-// the pod no longer fits there (the scheduler retries it elsewhere).
+// the pod no longer fits there (the scheduler retries it elsewhere). Every
+// error is also recorded as an event on the pod (Config.Events).
 func (b *Binder) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
+	err := b.bind(ctx, args)
+	if err != nil {
+		b.refused(args, err)
+	}
+	return err
+}
+
+func (b *Binder) bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
 	key := args.PodNamespace + "/" + args.PodName
 	// Only nodes the extender accounts GPUs for: checked before anything
 	// else, so a bind to any other name costs no API call at all.
@@ -181,6 +202,7 @@ func (b *Binder) BindAssumed(ctx context.Context, pod *cache.PodRecord, node str
 	}
 	b.log.Debug("bound", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", node),
 		zap.Int("gpu", assumed.Placement.Home), zap.Bool("split", assumed.Placement.Split))
+	b.scheduled(pod, node, &assumed)
 	return nil
 }
 
@@ -192,6 +214,9 @@ func (b *Binder) bindNoGPU(ctx context.Context, pod *cache.PodRecord, args exten
 		return err
 	}
 	err = b.post(ctx, binding)
+	if err == nil {
+		b.scheduled(pod, args.Node, nil)
+	}
 	if err == nil || Rejected(err) && !apierrors.IsConflict(err) {
 		return err
 	}

@@ -58,6 +58,8 @@ type allocator struct {
 	// tierPaths are where the tiers' files are on the host.
 	tiers     func(*inventory.Inventory) map[int]isolation.Status
 	tierPaths isolation.Config
+	// events records refusals on the Node; nil records none.
+	events *nodeEvents
 }
 
 // pendingServe is an answered call waiting for the kubelet to show whose
@@ -201,6 +203,7 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 			// container must not wait on it (the pod is created again).
 			a.metrics.count(outcomeIsolation, len(units))
 			a.log.Error("Allocate refused: the node's isolation tier is down", zap.Uint64s("units", units), zap.Error(err))
+			a.events.allocateRefused(units, err)
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
 		if !errors.Is(err, allocate.ErrNoMatch) && !errors.Is(err, allocate.ErrOvercommit) {
@@ -238,6 +241,7 @@ func (a *allocator) cachedInput(inv *inventory.Inventory) allocate.Input {
 // refuseAfterWait logs and counts a call refused after waiting, and returns
 // the gRPC error for the kubelet.
 func (a *allocator) refuseAfterWait(units []uint64, err error) error {
+	a.events.allocateRefused(units, err)
 	if errors.Is(err, allocate.ErrOvercommit) {
 		a.metrics.count(outcomeOvercommit, len(units))
 		a.log.Error("Allocate refused: the GPU would hold more than it has", zap.Uint64s("units", units), zap.Error(err))

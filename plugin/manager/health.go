@@ -192,12 +192,15 @@ func (h *healthWatch) stopTimers() {
 // pushes the device list and republishes the node description.
 func (m *Manager) setInventory(ctx context.Context, inv *inventory.Inventory, changed bool) {
 	m.mu.Lock()
+	before := m.inv
 	m.inv = inv
 	srv := m.srv
+	events := m.events
 	m.mu.Unlock()
 	if !changed {
 		return
 	}
+	events.healthChanged(before, inv)
 	if srv != nil {
 		srv.SetDevices(inv.Devices())
 	}

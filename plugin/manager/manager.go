@@ -76,6 +76,10 @@ type Config struct {
 	// Isolation configures the memory-isolation tiers; the zero value is
 	// tier none everywhere the node's label does not say otherwise.
 	Isolation IsolationConfig
+	// Events receives the plugin's events on its Node (Allocate refusals,
+	// GPU health changes); nil means Run sends them to the API server
+	// through Client.
+	Events EventRecorder
 }
 
 // attributeEvery paces the settling of answered calls between Allocates.
@@ -95,6 +99,8 @@ type Manager struct {
 	tier      isolation.Status
 	tierKnown bool
 	tierSince time.Time // when tier was last set
+	// events records on the Node; set by Run, nil before.
+	events *nodeEvents
 }
 
 // New checks cfg and fills in defaults.
@@ -173,8 +179,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := inv.CheckMessageSize(inventory.KubeletMaxMessageSize); err != nil {
 		return err
 	}
+	nodeRec, stopEvents := startEvents(ctx, m.cfg.Events, m.cfg.Client)
+	// Deferred first, so it runs last: after every loop that records.
+	defer stopEvents()
 	m.mu.Lock()
 	m.inv = inv
+	m.events = newNodeEvents(nodeRec, m.cfg.Node)
 	m.mu.Unlock()
 	m.log.Info("GPUs found", zap.String("backend", lib.Name()), zap.Bool("simulated", lib.Simulated()),
 		zap.Int("gpus", len(gpus)), zap.Stringer("unit", m.cfg.Unit), zap.Uint64("units", inv.TotalUnits()),
@@ -211,7 +221,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	// retry sees ctx end.
 	defer rec.wait()
 	alloc := &allocator{log: m.log, node: m.cfg.Node, src: src, rec: rec, inventory: m.inventory, wait: m.cfg.AllocateWait, served: allocate.Served{},
-		memo: allocate.NewMemo(), metrics: m.cfg.Metrics, deviceList: m.cfg.DeviceList, tiers: m.tierStatuses, tierPaths: m.cfg.Isolation.Paths}
+		memo: allocate.NewMemo(), metrics: m.cfg.Metrics, deviceList: m.cfg.DeviceList, tiers: m.tierStatuses, tierPaths: m.cfg.Isolation.Paths,
+		events: m.events}
 	if m.cfg.PodResourcesSocket != "" {
 		pr, err := podresources.New(m.cfg.PodResourcesSocket)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/extender/allocator"
@@ -246,6 +247,8 @@ func TestManifests(t *testing.T) {
 		if p.Spec.NodeName != kubelet.Name() || p.Annotations[gpushare.AnnotationPodUnits] == "" {
 			t.Errorf("pod %s: node %q, annotations %v; want bound to %s by the extender", name, p.Spec.NodeName, p.Annotations, kubelet.Name())
 		}
+		// The extender's shipped RBAC lets it record the bind (events.k8s.io create).
+		waitEvent(t, c.Client(), "default", p.UID, gpushare.EventReasonScheduled)
 	}
 	if lines := grepFile(t, secondLog, "forbidden"); len(lines) > 0 {
 		t.Errorf("the second scheduler was refused API calls with its shipped RBAC:\n%s", strings.Join(lines, "\n"))
@@ -279,6 +282,12 @@ func TestManifests(t *testing.T) {
 			t.Errorf("inspect %v: exit %d, stdout\n%s\nstderr %s", args, code, out, errOut)
 		}
 	}
+
+	// 8. The plugin's shipped RBAC lets it record a GPU's health on its Node (events.k8s.io create).
+	if err := sim.InjectXid(0, 62); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, c.Client(), metav1.NamespaceDefault, types.UID(kubelet.Name()), gpushare.EventReasonGPUUnhealthy)
 }
 
 // identityClient is a clientset whose requests carry only the given user name (a client
