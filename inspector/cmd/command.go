@@ -259,17 +259,18 @@ var activePods = fields.AndSelectors(
 	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 )
 
-// read is the command's only API traffic: one LIST of nodes and one of pods,
-// or for one node a GET of it and a LIST of the pods bound to it.
+// read is the command's only API traffic: a LIST of nodes and one of pods,
+// each in pages of 500, or for one node a GET of it and a LIST of the pods
+// bound to it.
 func (o *Options) read(ctx context.Context) ([]corev1.Node, []corev1.Pod, error) {
 	var nodes []corev1.Node
 	podSelector := activePods
 	if o.Node == "" {
-		list, err := o.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		list, err := listNodes(ctx, o.client)
 		if err != nil {
 			return nil, nil, apiError("list nodes", err)
 		}
-		nodes = list.Items
+		nodes = list
 	} else {
 		node, err := o.client.CoreV1().Nodes().Get(ctx, o.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -285,11 +286,11 @@ func (o *Options) read(ctx context.Context) ([]corev1.Node, []corev1.Pod, error)
 		nodes = []corev1.Node{*node}
 		podSelector = fields.AndSelectors(podSelector, fields.OneTermEqualSelector("spec.nodeName", o.Node))
 	}
-	pods, err := o.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: podSelector.String()})
+	pods, err := listPods(ctx, o.client, podSelector)
 	if err != nil {
 		return nil, nil, apiError("list pods", err)
 	}
-	return nodes, pods.Items, nil
+	return nodes, pods, nil
 }
 
 // apiError adds what to do to the errors users can fix.

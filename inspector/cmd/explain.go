@@ -57,15 +57,15 @@ func (o *explainOptions) complete() error {
 // state lists every node and every pod that may hold GPU memory: what the
 // extender's informers hold, read once.
 func (o *explainOptions) state(ctx context.Context) (explain.State, error) {
-	nodes, err := o.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := listNodes(ctx, o.client)
 	if err != nil {
 		return explain.State{}, apiError("list nodes", err)
 	}
-	pods, err := o.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: activePods.String()})
+	pods, err := listPods(ctx, o.client, activePods)
 	if err != nil {
 		return explain.State{}, apiError("list pods", err)
 	}
-	return explain.State{Nodes: nodes.Items, Pods: pods.Items}, nil
+	return explain.State{Nodes: nodes, Pods: pods}, nil
 }
 
 // print renders v with -o, or text with textFn, and warns on stderr about
