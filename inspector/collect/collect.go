@@ -31,9 +31,9 @@ func IsActivePod(pod *corev1.Pod) bool {
 type nodeAcc struct {
 	node          Node
 	gpus          map[int]*GPU
-	published     bool   // GPUs come from gpushare.io/gpus
-	publishedUnit string // the unit that annotation counts in
-	count         uint64 // aliyun.com/gpu-count, for the old unit guess
+	published     bool          // GPUs come from gpushare.io/gpus
+	publishedUnit gpushare.Unit // the unit that annotation counts in
+	count         uint64        // aliyun.com/gpu-count, for the old unit guess
 }
 
 // Build recomputes the report from nodes and pods as listed by the API
@@ -65,9 +65,13 @@ func Build(nodes []corev1.Node, pods []corev1.Pod) *Report {
 		addPod(acc, p, r)
 	}
 	slices.SortFunc(order, func(a, b *nodeAcc) int { return cmp.Compare(a.node.Name, b.node.Name) })
-	r.Unit = unitLabel(order)
+	unit, mixed := reportUnit(order)
+	r.Unit = unit.String()
 	for _, acc := range order {
 		n := acc.finish()
+		if mixed {
+			n.scale(acc.unit().MiB())
+		}
 		r.Total += n.Total
 		r.Allocated += n.Allocated
 		r.Nodes = append(r.Nodes, n)
@@ -89,7 +93,7 @@ func newNode(n *corev1.Node, r *Report) *nodeAcc {
 	if raw, ok := n.Annotations[gpushare.AnnotationNodeGPUs]; ok {
 		desc, err := gpushare.DecodeNodeGPUs(raw)
 		if err == nil {
-			acc.published, acc.publishedUnit = true, desc.Unit.String()
+			acc.published, acc.publishedUnit = true, desc.Unit
 			for _, g := range desc.GPUs {
 				acc.gpus[g.Index] = &GPU{Index: g.Index, Total: g.Units, Healthy: g.Healthy, Reason: g.Reason, Model: g.Model, UUID: g.UUID, Known: true,
 					Isolation: string(g.Isolation), IsolationReason: g.IsolationReason}
@@ -313,23 +317,53 @@ func (acc *nodeAcc) finish() Node {
 	return n
 }
 
-// unitLabel names the memory unit: the unit the device plugin published on
-// the first node (by name) that has gpushare.io/gpus, else the old CLI's
-// guess on the first node with GPUs (per-GPU total > 100 means MiB), else
+// unit is the unit a node's figures count in: what its device plugin
+// published, else the old CLI's guess (per-GPU total > 100 means MiB), else
 // GiB, the plugin's default.
-func unitLabel(nodes []*nodeAcc) string {
-	for _, acc := range nodes {
-		if acc.published {
-			return acc.publishedUnit
+func (acc *nodeAcc) unit() gpushare.Unit {
+	switch {
+	case acc.published:
+		return acc.publishedUnit
+	case acc.count > 0 && acc.node.Total/acc.count > 100:
+		return gpushare.MiB
+	}
+	return gpushare.GiB
+}
+
+// reportUnit is the unit of the whole report: the nodes' own when they all
+// count in one, else MiB (mixed true), which every unit is a whole number
+// of, so each node's figures can be converted without rounding.
+func reportUnit(nodes []*nodeAcc) (gpushare.Unit, bool) {
+	if len(nodes) == 0 {
+		return gpushare.GiB, false
+	}
+	first := nodes[0].unit()
+	for _, acc := range nodes[1:] {
+		if acc.unit() != first {
+			return gpushare.MiB, true
 		}
 	}
-	for _, acc := range nodes {
-		if acc.count > 0 {
-			if acc.node.Total/acc.count > 100 {
-				return gpushare.MiB.String()
-			}
-			return gpushare.GiB.String()
+	return first, false
+}
+
+// scale converts every memory figure of n, pods and containers included,
+// by factor (a node's unit in MiB), for a report of mixed units. The
+// recorded environment stays as the device plugin wrote it.
+func (n *Node) scale(factor uint64) {
+	n.Total, n.Allocated, n.Pending = n.Total*factor, n.Allocated*factor, n.Pending*factor
+	for i := range n.GPUs {
+		n.GPUs[i].Total *= factor
+		n.GPUs[i].Allocated *= factor
+	}
+	for i := range n.Pods {
+		p := &n.Pods[i]
+		p.Units *= factor
+		for j := range p.GPUs {
+			p.GPUs[j].Units *= factor
+		}
+		for j := range p.Containers {
+			p.Containers[j].Units *= factor
+			p.Containers[j].UnitsPerGPU *= factor
 		}
 	}
-	return gpushare.GiB.String()
 }

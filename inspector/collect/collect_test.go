@@ -162,12 +162,33 @@ func TestUnitLabel(t *testing.T) {
 		{"GiB guess", []corev1.Node{fixture.Node("a", "", 100, 1)}, "GiB"},
 		{"MiB guess", []corev1.Node{fixture.Node("a", "", 202, 2)}, "MiB"},
 		{"no count: default", []corev1.Node{fixture.Node("a", "", 16000, 0)}, "GiB"},
-		{"published wins", []corev1.Node{fixture.Node("a", "", 16000, 1), fixture.WithGPUs(fixture.Node("b", "", 320, 1), desc)}, "256MiB"},
+		{"published", []corev1.Node{fixture.WithGPUs(fixture.Node("b", "", 320, 1), desc)}, "256MiB"},
+		{"mixed units: MiB", []corev1.Node{fixture.Node("a", "", 16000, 1), fixture.WithGPUs(fixture.Node("b", "", 320, 1), desc)}, "MiB"},
 	}
 	for _, tc := range cases {
 		if got := collect.Build(tc.nodes, nil).Unit; got != tc.want {
 			t.Errorf("%s: unit %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// Nodes that count in different units are reported in MiB, every figure
+// converted, so totals add up and no node's numbers wear another's unit.
+func TestMixedUnitsInMiB(t *testing.T) {
+	gib := fixture.WithGPUs(fixture.Node("g", "", 80, 1), gpushare.NodeGPUs{Unit: gpushare.GiB, GPUs: []gpushare.GPUInfo{{Index: 0, Units: 80, Healthy: true}}})
+	quarter := fixture.WithGPUs(fixture.Node("q", "", 320, 1), gpushare.NodeGPUs{Unit: 256, GPUs: []gpushare.GPUInfo{{Index: 0, Units: 320, Healthy: true}}})
+	pod := fixture.SimplePod("default", "p", "g", 8, 0, 80, true)
+	r := collect.Build([]corev1.Node{gib, quarter}, []corev1.Pod{pod})
+	if r.Unit != "MiB" || r.Total != 80*1024+320*256 || r.Allocated != 8*1024 {
+		t.Fatalf("report unit %q total %d allocated %d; want MiB, %d, %d", r.Unit, r.Total, r.Allocated, 80*1024+320*256, 8*1024)
+	}
+	g := r.Nodes[0]
+	if g.Total != 80*1024 || g.GPUs[0].Total != 80*1024 || g.GPUs[0].Allocated != 8*1024 || g.Pods[0].Units != 8*1024 ||
+		g.Pods[0].GPUs[0].Units != 8*1024 || g.Pods[0].Containers[0].Units != 8*1024 || g.AllocatedPercent != 10 {
+		t.Errorf("GiB node in MiB: %+v", g)
+	}
+	if q := r.Nodes[1]; q.Total != 320*256 || q.GPUs[0].Total != 320*256 {
+		t.Errorf("256MiB node in MiB: %+v", q)
 	}
 }
 
