@@ -32,6 +32,7 @@ test: ## Unit and component tests with the race detector, then every fuzz target
 	$(GO) test -race -count=1 ./...
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) test -race -count=1 ./gpushareplugin/
 	cd test/dashboard && GOWORK=off $(GO) test -race -count=1 ./...
+	cd test/packing/cmd/packbench && GOWORK=off $(GO) test -race -count=1 ./...
 	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
 
 fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m)
@@ -57,13 +58,14 @@ bench: ## Benchmarks into BENCH_RAW (benchstat-compatible): every package BENCH_
 	$(BENCHREPORT) run -o $(BENCH_RAW)/memory.txt -- \
 		$(GO) test -tags=e2e -run='^$$' -bench=ExtenderMemory -benchtime=1x -count=1 -timeout=$(BENCH_TIMEOUT) ./test/e2e
 	$(BENCHREPORT) report -json docs/benchmarks/results.json -md docs/benchmarks.md $(BENCH_RAW)/go.txt $(BENCH_RAW)/e2e.txt $(BENCH_RAW)/memory.txt
-	$(GO) run ./test/packing/cmd/packbench -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
+	GOWORK=off $(GO) -C test/packing/cmd/packbench run . -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
 
 lint: ## go vet on the modules' own code
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) vet ./...
 	cd test/dashboard && GOWORK=off $(GO) vet ./...
+	cd test/packing/cmd/packbench && GOWORK=off $(GO) vet ./...
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
@@ -75,6 +77,7 @@ verify: ## Fail on gofmt drift, go vet findings or go mod tidy drift
 	cd test/bed && GOWORK=off $(GO) mod tidy -diff
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) mod tidy -diff
 	cd test/dashboard && GOWORK=off $(GO) mod tidy -diff
+	cd test/packing/cmd/packbench && GOWORK=off $(GO) mod tidy -diff
 
 clean: ## Remove bin/ and the test cache (the test bed's binary cache stays: see test/bed/build.sh)
 	rm -rf bin

@@ -14,8 +14,8 @@
 // multi-GPU pods a run counts how many got GPUs all NVLink-connected by the
 // fleet's real links (TopologyStats), and RunsFor adds a topology-blind
 // bestfit run (Options.Blind: nodes publish no links) to compare with; the
-// scenario islands-multigpu is that comparison (go run
-// ./test/packing/cmd/packbench -only islands-multigpu). Fill places the pods in arrival
+// scenario islands-multigpu is that comparison (go -C
+// test/packing/cmd/packbench run . -only islands-multigpu). Fill places the pods in arrival
 // order until the first one fits nowhere; Churn replays arrivals and
 // departures (Poisson arrivals, random lifetimes) as an event simulation.
 // FFD is the offline first-fit-decreasing reference both compare with; it

@@ -1,14 +1,17 @@
 // Command packbench replays the packing benchmark's workloads (test/packing)
 // through the extender's allocator and writes the results as JSON, PNG plots
-// and the tables of docs/benchmarks.md.
+// and the tables of docs/benchmarks.md. It is a module of its own, so its
+// plotting libraries stay out of the programs' go.mod; it reads and writes
+// paths relative to the repository's root, wherever it is run from:
 //
-//	go run ./test/packing/cmd/packbench -generate           # rewrite the workload files from their seeds
-//	go run ./test/packing/cmd/packbench -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
+//	go -C test/packing/cmd/packbench run . -generate    # rewrite the workload files from their seeds
+//	go -C test/packing/cmd/packbench run . -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
 package main
 
 import (
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,9 +27,36 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
+	err := toRepositoryRoot()
+	if err == nil {
+		err = run(os.Args[1:], os.Stderr)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "packbench:", err)
 		os.Exit(1)
+	}
+}
+
+// rootModule is the go.mod line of the repository's root module.
+const rootModule = "module github.com/gpushare/gpushare\n"
+
+// toRepositoryRoot changes to the nearest directory above the working one
+// whose go.mod is the repository's root module, so every path flag reads
+// the same from the root (make bench) and from this module (go -C).
+func toRepositoryRoot() error {
+	dir, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	for {
+		if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(mod), rootModule) {
+			return os.Chdir(dir)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return errors.New("not inside the gpushare repository: no go.mod of github.com/gpushare/gpushare above the working directory")
+		}
+		dir = parent
 	}
 }
 
@@ -69,7 +99,7 @@ func run(args []string, log io.Writer) error {
 		return generateAll(*data, scenarios, log)
 	}
 	res := Results{
-		Command: "go run ./test/packing/cmd/packbench " + strings.Join(args, " "),
+		Command: "go -C test/packing/cmd/packbench run . " + strings.Join(args, " "),
 		Machine: Machine{Description: *machine, CPUs: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Go: runtime.Version()},
 	}
 	for _, s := range scenarios {
