@@ -37,7 +37,7 @@ type allocator struct {
 
 	// holders, when set, tells which container the kubelet gave each device
 	// (its pod-resources API); nil keeps the matched pod as the truth.
-	holders func(context.Context) (map[string]podresources.Holder, error)
+	holders func(context.Context) (podresources.Allocations, error)
 
 	// mu serialises calls: each decision must see every earlier one in served.
 	mu     sync.Mutex
@@ -68,6 +68,10 @@ type pendingServe struct {
 	decision allocate.Decision
 	devices  []string // the call's devices: IDs are unique among running containers
 	at       time.Time
+	// beforeRestart marks an answer given to a kubelet that has restarted
+	// since: the new kubelet shows what it kept from its checkpoint, and a
+	// container it does not show it will ask for again.
+	beforeRestart bool
 }
 
 // attributeTimeout bounds how long an answer waits for its holder. The
@@ -380,15 +384,23 @@ func (a *allocator) attributeLocked(ctx context.Context) {
 
 // settle settles an answer for a regular container or a sidecar by the
 // holder of its devices; false means it waits for the next look.
-func (a *allocator) settle(ctx context.Context, p pendingServe, holders map[string]podresources.Holder) bool {
+func (a *allocator) settle(ctx context.Context, p pendingServe, kubelet podresources.Allocations) bool {
 	d := p.decision
-	h, found := holders[p.devices[0]]
+	h, found := kubelet.Holders[p.devices[0]]
 	switch {
 	case found && h.Namespace == d.Pod.Namespace && h.Pod == d.Pod.Name && h.Container == d.Container.Name:
 		a.recordLocked(ctx, d)
 	case found:
 		a.unserve(d)
 		a.moveTo(ctx, d, h, func(r gpushare.ContainerRequest) bool { return r.Name == h.Container })
+	case p.beforeRestart && kubelet.Pods[d.Pod.Namespace+"/"+d.Pod.Name]:
+		// Kept as served, the container the kubelet asks for again would
+		// skip it and take the next waiting container's environment: a pod
+		// with two containers of one size on two GPUs ran one on the
+		// other's GPU (TestSystemKubeletRestart in CI).
+		a.unserve(d)
+		a.log.Info("the restarted kubelet did not keep the devices of an Allocate answered before its restart; the container waits again",
+			zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name))
 	case time.Since(p.at) > attributeTimeout:
 		a.unserve(d)
 		a.log.Warn("no container holds the devices of an answered Allocate (the kubelet refused the pod after it?); the matched container waits again",
@@ -412,10 +424,10 @@ func plainInit(r gpushare.ContainerRequest) bool { return r.Init && !r.Sidecar }
 // up under the pod that really got the answer. When nothing after it uses
 // the GPU, the answer is dropped after attributeTimeout and the reconciler
 // records the pod once its first container has started.
-func (a *allocator) settleInit(ctx context.Context, p pendingServe, holders map[string]podresources.Holder) bool {
+func (a *allocator) settleInit(ctx context.Context, p pendingServe, kubelet podresources.Allocations) bool {
 	d := p.decision
 	for _, id := range p.devices {
-		h, ok := holders[id]
+		h, ok := kubelet.Holders[id]
 		switch {
 		case !ok:
 			continue
@@ -427,13 +439,24 @@ func (a *allocator) settleInit(ctx context.Context, p pendingServe, holders map[
 		}
 		return true
 	}
-	if time.Since(p.at) <= attributeTimeout {
+	restarted := p.beforeRestart && kubelet.Pods[d.Pod.Namespace+"/"+d.Pod.Name]
+	if time.Since(p.at) <= attributeTimeout && !restarted {
 		return false
 	}
 	a.unserve(d)
 	a.log.Info("no later container of the pod holds an init container's devices; its record waits for the pod to start",
 		zap.String("pod", d.Pod.Namespace+"/"+d.Pod.Name), zap.String("container", d.Container.Name))
 	return true
+}
+
+// kubeletRestarted marks every answer still waiting for its holder as given
+// to the kubelet before its restart (pendingServe.beforeRestart).
+func (a *allocator) kubeletRestarted() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.pending {
+		a.pending[i].beforeRestart = true
+	}
 }
 
 func (a *allocator) unserve(d allocate.Decision) {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -25,12 +27,17 @@ type podResources struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
 	mu      sync.Mutex
 	holders map[string][]string // "namespace/pod/container" → device IDs
+	listed  []string            // "namespace/pod" of pods listed with no devices
 }
 
 func (p *podResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, key := range p.listed {
+		ns, name, _ := strings.Cut(key, "/")
+		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{Namespace: ns, Name: name})
+	}
 	for key, ids := range p.holders {
 		parts := strings.SplitN(key, "/", 3)
 		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{Namespace: parts[0], Name: parts[1], Containers: []*podresourcesv1.ContainerResources{{
@@ -38,6 +45,13 @@ func (p *podResources) List(context.Context, *podresourcesv1.ListPodResourcesReq
 		}}})
 	}
 	return resp, nil
+}
+
+// list makes the kubelet list pod ("namespace/pod") with no devices.
+func (p *podResources) list(pod string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.listed = append(p.listed, pod)
 }
 
 func (p *podResources) hold(key string, ids []string) {
@@ -133,4 +147,45 @@ func reqOn(gpu, n int) *pluginapi.AllocateRequest {
 		ids[i] = inventory.DeviceID(gpu, uint64(i))
 	}
 	return &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}
+}
+
+// A kubelet restarted after an Allocate answer but before it kept the devices asks again for the
+// same container. Kept as served, that container would be skipped and the call given the next
+// waiting container of its size: a pod with two containers of one size on two GPUs ran the first
+// on the second's GPU (TestSystemKubeletRestart in CI). Once the restarted kubelet lists the pod
+// without those devices, the plugin serves the container again.
+func TestRestartedKubeletAsksAgain(t *testing.T) {
+	ctx := t.Context()
+	pr, sock := startPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) { c.PodResourcesSocket = sock })
+	e.kubelet.waitRegister(t)
+	split := gpuPod("split", 80, 2, 80)
+	split.Spec.Containers = append(split.Spec.Containers, split.Spec.Containers[0])
+	split.Spec.Containers[0].Resources.Limits[gpushare.ResourceName] = *resource.NewQuantity(40, resource.DecimalSI)
+	split.Spec.Containers[1].Name = "second"
+	split.Spec.Containers[1].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{gpushare.ResourceName: *resource.NewQuantity(40, resource.DecimalSI)}}
+	ann, err := gpushare.PodAssignment{GPUIndex: 2, PodUnits: 80, DevUnits: 80, AssumeTime: time.Now().UnixNano(),
+		Allocation: gpushare.Allocation{0: {2: 40}, 1: {3: 40}}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	split.Annotations = ann
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, split, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := e.plugin(t).Allocate(ctx, reqOn(0, 40)); err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+		t.Fatalf("first call = %v, %v; want the first container's GPU 2", resp, err)
+	}
+	// The kubelet restarts before it kept the devices, lists the pod again, and asks again.
+	restartKubelet(t, e).waitRegister(t)
+	pr.list("default/split")
+	again := reqOn(1, 40)
+	resp, err := e.plugin(t).Allocate(ctx, again)
+	if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+		t.Fatalf("the restarted kubelet's call for the first container = %v, %v; want GPU 2 again, not the second container's GPU 3", resp, err)
+	}
+	pr.hold("default/split/main", again.ContainerRequests[0].DevicesIds)
+	if resp, err := e.plugin(t).Allocate(ctx, reqOn(4, 40)); err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "3" {
+		t.Fatalf("the second container's call = %v, %v; want GPU 3", resp, err)
+	}
 }

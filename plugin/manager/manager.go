@@ -229,7 +229,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			return err
 		}
 		defer pr.Close()
-		alloc.holders = func(ctx context.Context) (map[string]podresources.Holder, error) {
+		alloc.holders = func(ctx context.Context) (podresources.Allocations, error) {
 			return pr.Holders(ctx, string(gpushare.ResourceName))
 		}
 	} else {
@@ -260,11 +260,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	} else {
 		m.log.Info("GPU health checking is off")
 	}
-	return m.serve(ctx, alloc)
+	return m.serve(ctx, alloc, alloc.kubeletRestarted)
 }
 
-// serve keeps a registered server running until ctx ends.
-func (m *Manager) serve(ctx context.Context, alloc server.Allocator) error {
+// serve keeps a registered server running until ctx ends. kubeletRestarted
+// runs when the kubelet's socket is created again, before registering anew.
+func (m *Manager) serve(ctx context.Context, alloc server.Allocator, kubeletRestarted func()) error {
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", m.cfg.DevicePluginDir, err)
@@ -310,7 +311,7 @@ func (m *Manager) serve(ctx context.Context, alloc server.Allocator) error {
 			retry = t.C
 			backoff = min(2*backoff, m.cfg.MaxBackoff)
 		}
-		again := m.waitRestart(ctx, watcher, kubeletSock, done, retry)
+		again := m.waitRestart(ctx, watcher, kubeletSock, done, retry, kubeletRestarted)
 		if t != nil {
 			t.Stop()
 		}
@@ -321,7 +322,7 @@ func (m *Manager) serve(ctx context.Context, alloc server.Allocator) error {
 }
 
 // waitRestart blocks until something calls for a restart (true) or ctx ends (false).
-func (m *Manager) waitRestart(ctx context.Context, w *fsnotify.Watcher, kubeletSock string, done <-chan struct{}, retry <-chan time.Time) bool {
+func (m *Manager) waitRestart(ctx context.Context, w *fsnotify.Watcher, kubeletSock string, done <-chan struct{}, retry <-chan time.Time, kubeletRestarted func()) bool {
 	for {
 		select {
 		case <-ctx.Done():
@@ -340,6 +341,7 @@ func (m *Manager) waitRestart(ctx context.Context, w *fsnotify.Watcher, kubeletS
 			}
 			if ev.Name == kubeletSock && ev.Has(fsnotify.Create) {
 				m.log.Info("kubelet.sock re-created: the kubelet restarted; registering again")
+				kubeletRestarted()
 				return true
 			}
 		case err, ok := <-w.Errors:

@@ -40,22 +40,32 @@ func New(path string) (*Client, error) {
 // Close releases the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// Holders returns, for every device of resource the kubelet has allocated,
-// the container holding it.
-func (c *Client) Holders(ctx context.Context, resource string) (map[string]Holder, error) {
+// Allocations is the kubelet's pod-resources answer for one resource.
+type Allocations struct {
+	// Holders is, for every device of the resource the kubelet has
+	// allocated, the container holding it.
+	Holders map[string]Holder
+	// Pods are the pods the kubelet lists, "namespace/name": a pod listed
+	// whose container holds nothing has no devices in the kubelet's books.
+	Pods map[string]bool
+}
+
+// Holders lists what the kubelet has allocated of resource.
+func (c *Client) Holders(ctx context.Context, resource string) (Allocations, error) {
 	resp, err := c.api.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("pod-resources List: %w", err)
+		return Allocations{}, fmt.Errorf("pod-resources List: %w", err)
 	}
-	out := map[string]Holder{}
+	out := Allocations{Holders: map[string]Holder{}, Pods: map[string]bool{}}
 	for _, pod := range resp.GetPodResources() {
+		out.Pods[pod.GetNamespace()+"/"+pod.GetName()] = true
 		for _, ctr := range pod.GetContainers() {
 			for _, d := range ctr.GetDevices() {
 				if d.GetResourceName() != resource {
 					continue
 				}
 				for _, id := range d.GetDeviceIds() {
-					out[id] = Holder{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
+					out.Holders[id] = Holder{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
 				}
 			}
 		}

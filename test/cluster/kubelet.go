@@ -23,6 +23,9 @@ type KubeletOptions struct {
 	StatusUpdateFrequency time.Duration
 	// MaxPods is the node's pod capacity; zero means 110.
 	MaxPods int
+	// KubeAPILimits runs the kubelet's API client at the real kubelet's limits (50 queries per
+	// second, burst 100) instead of client-go's 5 and 10.
+	KubeAPILimits bool
 }
 
 // Kubelet is a hollow kubelet running the real kubelet device manager, beside its fake container
@@ -76,6 +79,9 @@ func (c *Cluster) AddKubelet(ctx context.Context, name string, opts KubeletOptio
 	}
 	if len(opts.Labels) > 0 {
 		args = append(args, "-node-labels="+joinLabels(opts.Labels))
+	}
+	if opts.KubeAPILimits {
+		args = append(args, "-kube-api-limits")
 	}
 	k := &Kubelet{
 		name: name, rootDir: root, cluster: c,

@@ -58,6 +58,7 @@ func BenchmarkSaturatingBurst(b *testing.B) {
 			for _, mix := range saturateMixes {
 				b.Run("pods="+mix.name, func(b *testing.B) {
 					bed := mode.start(b)
+					bed.kubeletAPILimits = true // measured as a real kubelet runs
 					for i := range saturateNodes {
 						bed.addNode(b, fmt.Sprintf("sat-%d", i), "simulated:dgxh100")
 					}

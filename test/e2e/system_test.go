@@ -40,6 +40,8 @@ type systemBed struct {
 	client  kubernetes.Interface
 	extAddr string
 	nodes   map[string]*systemNode
+	// kubeletAPILimits starts the nodes' kubelets at the real kubelet's API limits.
+	kubeletAPILimits bool
 }
 
 // systemNode is a hollow kubelet with our device plugin on simulated GPUs.
@@ -88,7 +90,9 @@ func (b *systemBed) addNode(t testing.TB, name, backend string) *systemNode {
 func (b *systemBed) addNodeWith(t testing.TB, name string, sim nvml.Library, mutate func(*manager.Config)) *systemNode {
 	t.Helper()
 	ctx := t.Context()
-	kubelet, err := b.c.AddKubelet(ctx, name, cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+	kubelet, err := b.c.AddKubelet(ctx, name, cluster.KubeletOptions{
+		Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}, KubeAPILimits: b.kubeletAPILimits,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
