@@ -33,6 +33,7 @@ test: ## Unit and component tests with the race detector, then every fuzz target
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) test -race -count=1 ./gpushareplugin/
 	cd test/dashboard && GOWORK=off $(GO) test -race -count=1 ./...
 	cd test/packing/cmd/packbench && GOWORK=off $(GO) test -race -count=1 ./...
+	cd test/helm && GOWORK=off $(GO) test -race -count=1 ./...
 	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
 
 fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m)
@@ -66,6 +67,7 @@ lint: ## go vet on the modules' own code
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) vet ./...
 	cd test/dashboard && GOWORK=off $(GO) vet ./...
 	cd test/packing/cmd/packbench && GOWORK=off $(GO) vet ./...
+	cd test/helm && GOWORK=off $(GO) vet ./...
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
@@ -78,6 +80,7 @@ verify: ## Fail on gofmt drift, go vet findings or go mod tidy drift
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) mod tidy -diff
 	cd test/dashboard && GOWORK=off $(GO) mod tidy -diff
 	cd test/packing/cmd/packbench && GOWORK=off $(GO) mod tidy -diff
+	cd test/helm && GOWORK=off $(GO) mod tidy -diff
 
 clean: ## Remove bin/ and the test cache (the test bed's binary cache stays: see test/bed/build.sh)
 	rm -rf bin
