@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/extender/allocator"
@@ -31,6 +32,8 @@ type Cache interface {
 	All() []*allocator.Node
 	Inspect(node string) (cache.Inspect, bool)
 	Holders(node string) (*allocator.Node, []preempt.Holder, bool)
+	// Pod is the informer's record of a pod, for the pending-pods gauge.
+	Pod(namespace, name string) (*cache.PodRecord, bool)
 }
 
 // Binder carries out the bind verb.
@@ -61,6 +64,7 @@ type Server struct {
 	cfg     Config
 	log     *zap.Logger
 	metrics *metrics
+	pending *pendingPods
 	mux     *http.ServeMux
 }
 
@@ -89,6 +93,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.metrics = m
+	s.pending = newPendingPods(cfg.Cache.Pod, time.Now)
+	if err := cfg.Registry.Register(s.pending); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
 	p := gpushare.ExtenderURLPrefix
 	s.mux.HandleFunc("POST "+p+"/filter", s.timed("filter", s.filter))
 	s.mux.HandleFunc("POST "+p+"/prioritize", s.timed("prioritize", s.prioritize))
@@ -286,9 +294,26 @@ func (s *Server) extenderArgs(w http.ResponseWriter, r *http.Request) (*extender
 }
 
 func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
-	if args, names, ok := s.extenderArgs(w, r); ok {
-		writeJSON(w, http.StatusOK, Filter(s.cfg.Cache, s.cfg.Policy, args, names))
+	args, names, ok := s.extenderArgs(w, r)
+	if !ok {
+		return
 	}
+	res := Filter(s.cfg.Cache, s.cfg.Policy, args, names)
+	writeJSON(w, http.StatusOK, res)
+	s.pending.set(args.Pod, s.pendingReason(args, res, names))
+}
+
+// pendingReason is why the pod fits none of names, or "" when some passed
+// (or the request is not one the allocator can place at all).
+func (s *Server) pendingReason(args *extenderv1.ExtenderArgs, res *extenderv1.ExtenderFilterResult, names []string) string {
+	if (res.NodeNames != nil && len(*res.NodeNames) > 0) || (res.Nodes != nil && len(res.Nodes.Items) > 0) {
+		return ""
+	}
+	req, err := allocator.NewRequest(args.Pod)
+	if err != nil || req.Units == 0 {
+		return ""
+	}
+	return PendingReason(s.cfg.Cache, s.cfg.Policy, req, names)
 }
 
 // Filter is the filter verb without HTTP: which of names (from args) fit
@@ -389,6 +414,7 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.cfg.Binder.Bind(r.Context(), args)
 	if err == nil {
+		s.pending.forget(types.UID(args.PodUID))
 		s.metrics.binds.WithLabelValues(outcomeBound).Inc()
 		writeJSON(w, http.StatusOK, extenderv1.ExtenderBindingResult{})
 		return

@@ -61,6 +61,7 @@ type env struct {
 	client *fake.Clientset
 	cache  *cache.Cache
 	srv    *httptest.Server
+	reg    *prometheus.Registry
 	binds  atomic.Int32 // Binding creates, the bind's only write
 }
 
@@ -129,7 +130,8 @@ func newEnvWatch(t *testing.T, frozenPods bool, objs ...runtime.Object) *env {
 	e.cache = c
 	runCache(t, c, 10*time.Second)
 	b := binder.New(binder.Config{Client: e.client, Cache: c, Logger: zaptest.NewLogger(t)})
-	s, err := New(Config{Cache: c, Binder: b, Logger: zaptest.NewLogger(t), Registry: prometheus.NewRegistry(), Version: "v-test", MaxBodyBytes: 1 << 20})
+	e.reg = prometheus.NewRegistry()
+	s, err := New(Config{Cache: c, Binder: b, Logger: zaptest.NewLogger(t), Registry: e.reg, Version: "v-test", MaxBodyBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

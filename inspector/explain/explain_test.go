@@ -228,6 +228,7 @@ func (s snapshots) Nodes(names []string) []*allocator.Node {
 func (s snapshots) All() []*allocator.Node                                   { return nil }
 func (s snapshots) Inspect(string) (cache.Inspect, bool)                     { return cache.Inspect{}, false }
 func (s snapshots) Holders(string) (*allocator.Node, []preempt.Holder, bool) { return nil, nil, false }
+func (s snapshots) Pod(string, string) (*cache.PodRecord, bool)              { return nil, false }
 
 // TestReasonsAreTheFilters: every reason why prints is the text the
 // extender's filter verb answers for the same node and pod.

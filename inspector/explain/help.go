@@ -82,7 +82,7 @@ func largestFitting(views []view, pod *corev1.Pod, r allocator.Request, policy a
 	var size uint64
 	for i := range views {
 		if len(schedulerReasons(pod, views[i].node)) == 0 {
-			_, largest := usableFree(views[i].alloc, r)
+			_, largest := allocator.UsableFree(views[i].alloc, r)
 			size = max(size, largest)
 		}
 	}

@@ -20,7 +20,7 @@ func judge(v *view, pod *corev1.Pod, r allocator.Request, policy allocator.Polic
 		out.UnhealthyGPUs = append(out.UnhealthyGPUs, g)
 	}
 	slices.Sort(out.UnhealthyGPUs)
-	out.Free, out.LargestFree = usableFree(v.alloc, r)
+	out.Free, out.LargestFree = allocator.UsableFree(v.alloc, r)
 	p, unfit := allocator.Place(v.alloc, r, policy)
 	if unfit == nil {
 		out.GPUs = gpusOf(r, p)
@@ -40,81 +40,52 @@ func judge(v *view, pod *corev1.Pod, r allocator.Request, policy allocator.Polic
 	return out
 }
 
-// classify names what kept r off the node. Each case but the last two is
-// tested by changing one thing and placing again with the allocator, so the
-// answer follows the extender's rules rather than its reason strings.
+// classify names what kept r off the node (the allocator's diagnosis, the
+// same the extender's pending-pods gauge counts) and says it in detail.
 func classify(v *view, r allocator.Request, policy allocator.Policy, unfit *allocator.Unfit, unit string) (string, string) {
-	n := v.alloc
-	switch {
-	case !n.GPUShare || len(n.GPUs) == 0:
-		return KindNotGPUShare, notGPUShareDetail(v)
-	case !slices.ContainsFunc(n.GPUs, func(g allocator.GPU) bool { return g.Healthy }):
-		return KindUnhealthy, "every GPU of the node is unhealthy: " + describeUnhealthy(v)
-	case fitsWith(n, r, policy, nil, true):
-		return KindWaiting, "hold-back rule, docs/design.md rule 2: a container of the same size is in flight on the node"
-	case !anyUsable(n, r):
-		return KindIsolation, "no healthy GPU of the node offers what the pod's isolation annotations ask"
-	case !r.Isolation.Any() && fitsWith(n, r, policy, func(q *allocator.Request) { q.Isolation = allocator.PodIsolation{} }, false):
-		return KindIsolation, "the GPUs offering " + r.Isolation.String() + " have no room; GPUs of another tier do"
-	case r.GPUs.LinksRequired && fitsWith(n, r, policy, func(q *allocator.Request) { q.GPUs.LinksRequired = false }, false):
-		return KindTopology, "no NVLink-connected set of " + strconv.Itoa(r.GPUs.Count) + " GPUs has room (" +
+	kind := allocator.Diagnose(v.alloc, r, policy, unfit)
+	switch kind {
+	case KindNotGPUShare:
+		return kind, notGPUShareDetail(v)
+	case KindUnhealthy:
+		return kind, "every GPU of the node is unhealthy: " + describeUnhealthy(v)
+	case KindWaiting:
+		return kind, "hold-back rule, docs/design.md rule 2: a container of the same size is in flight on the node"
+	case KindIsolation:
+		return kind, isolationDetail(v.alloc, r)
+	case KindTopology:
+		return kind, "no NVLink-connected set of " + strconv.Itoa(r.GPUs.Count) + " GPUs has room (" +
 			gpushare.AnnotationTopology + ": " + gpushare.TopologyRequired + "); GPUs without NVLink between them do"
-	case unfit.Unresolvable:
-		return KindTooBig, "larger than any GPU it may use here, even empty" + notes(v)
+	case KindTooBig:
+		return kind, "larger than any GPU it may use here, even empty" + notes(v)
 	}
-	return space(v, r, unit)
+	return space(v, kind, r, unit)
 }
 
-// fitsWith places r on n after relax changed the request (nil: unchanged)
-// and, with dropInFlight, without the node's in-flight pods.
-func fitsWith(n *allocator.Node, r allocator.Request, policy allocator.Policy, relax func(*allocator.Request), dropInFlight bool) bool {
-	if relax == nil && (!dropInFlight || len(n.InFlight) == 0) {
-		return false
+// isolationDetail tells a node whose GPUs offer none of what r asks from
+// one whose GPUs that offer it are full.
+func isolationDetail(n *allocator.Node, r allocator.Request) string {
+	for i := range n.GPUs {
+		if r.Isolation.Usable(n, i) {
+			return "the GPUs offering " + r.Isolation.String() + " have no room; GPUs of another tier do"
+		}
 	}
-	c := *n
-	if dropInFlight {
-		c.InFlight = nil
-	}
-	if relax != nil {
-		relax(&r)
-	}
-	_, unfit := allocator.Place(&c, r, policy)
-	return unfit == nil
+	return "no healthy GPU of the node offers what the pod's isolation annotations ask"
 }
 
-// space tells fragmentation (the node has the room, not on one GPU or set)
-// from a node that lacks the room.
-func space(v *view, r allocator.Request, unit string) (string, string) {
-	free, largest := usableFree(v.alloc, r)
-	if free < r.Units {
-		return KindInsufficient, amount(free, unit) + " free on the node's usable GPUs, the pod needs " + amount(r.Units, unit) + notes(v)
+// space details fragmentation (the node has the room, not on one GPU or
+// set) and a node that lacks the room.
+func space(v *view, kind string, r allocator.Request, unit string) (string, string) {
+	free, largest := allocator.UsableFree(v.alloc, r)
+	if kind == KindInsufficient {
+		return kind, amount(free, unit) + " free on the node's usable GPUs, the pod needs " + amount(r.Units, unit) + notes(v)
 	}
 	if r.GPUs.Count > 1 {
 		per := r.Units / uint64(r.GPUs.Count)
-		return KindFragmented, "fragmentation: " + amount(free, unit) + " free on the node, but not " + strconv.Itoa(r.GPUs.Count) +
+		return kind, "fragmentation: " + amount(free, unit) + " free on the node, but not " + strconv.Itoa(r.GPUs.Count) +
 			" GPUs with " + amount(per, unit) + " free each" + notes(v)
 	}
-	return KindFragmented, "fragmentation: " + amount(free, unit) + " free on the node, largest free GPU " + amount(largest, unit) + notes(v)
-}
-
-// usableFree sums the free units of the GPUs r may use on n, and the largest.
-func usableFree(n *allocator.Node, r allocator.Request) (free, largest uint64) {
-	for i, g := range n.GPUs {
-		if r.Isolation.Usable(n, i) {
-			free += g.Free()
-			largest = max(largest, g.Free())
-		}
-	}
-	return free, largest
-}
-
-func anyUsable(n *allocator.Node, r allocator.Request) bool {
-	for i := range n.GPUs {
-		if r.Isolation.Usable(n, i) {
-			return true
-		}
-	}
-	return false
+	return kind, "fragmentation: " + amount(free, unit) + " free on the node, largest free GPU " + amount(largest, unit) + notes(v)
 }
 
 // waitingFor names the in-flight pods with a container of one of r's sizes:

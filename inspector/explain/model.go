@@ -2,6 +2,8 @@ package explain
 
 import (
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/extender/allocator"
 )
 
 // State is the cluster as the command listed it: every node and the pods
@@ -11,18 +13,19 @@ type State struct {
 	Pods  []corev1.Pod
 }
 
-// Kinds of node verdicts, the stable values of NodeVerdict.Kind.
+// Kinds of node verdicts, the stable values of NodeVerdict.Kind: the
+// allocator's diagnosis (allocator.Diagnose), and two of the inspector's own.
 const (
-	KindFits         = "fits"         // the pod fits the node now
-	KindNotGPUShare  = "not-gpushare" // no allocatable aliyun.com/gpu-mem (or every GPU in MIG mode)
-	KindUnhealthy    = "unhealthy"    // no healthy GPU
-	KindIsolation    = "isolation"    // the required isolation tier or compute limit is not offered with room
-	KindTopology     = "topology"     // gpushare.io/topology: required, and no NVLink-connected set has room
-	KindWaiting      = "waiting"      // held back behind an in-flight pod (design.md, rule 2)
-	KindTooBig       = "too-big"      // larger than any GPU it may use there, even empty
-	KindFragmented   = "fragmented"   // enough free memory on the node, not on one GPU (or set)
-	KindInsufficient = "insufficient" // not enough free memory on the node's usable GPUs
-	KindScheduler    = "scheduler"    // the GPUs fit, a kube-scheduler predicate does not
+	KindFits         = "fits" // the pod fits the node now
+	KindNotGPUShare  = allocator.KindNotGPUShare
+	KindUnhealthy    = allocator.KindUnhealthy
+	KindIsolation    = allocator.KindIsolation
+	KindTopology     = allocator.KindTopology
+	KindWaiting      = allocator.KindWaiting
+	KindTooBig       = allocator.KindTooBig
+	KindFragmented   = allocator.KindFragmented
+	KindInsufficient = allocator.KindInsufficient
+	KindScheduler    = "scheduler" // the GPUs fit, a kube-scheduler predicate does not
 )
 
 // NodeVerdict is one node's answer for the pod.

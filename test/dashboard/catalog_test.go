@@ -193,6 +193,8 @@ func (oneNodeCache) Inspect(string) (cache.Inspect, bool) { return cache.Inspect
 
 func (oneNodeCache) Holders(string) (*allocator.Node, []preempt.Holder, bool) { return nil, nil, false }
 
+func (oneNodeCache) Pod(string, string) (*cache.PodRecord, bool) { return nil, false }
+
 // noBinder binds nothing; no request here reaches it.
 type noBinder struct{}
 
