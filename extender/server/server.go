@@ -299,8 +299,9 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := Filter(s.cfg.Cache, s.cfg.Policy, args, names)
-	writeJSON(w, http.StatusOK, res)
+	// Counted before the answer, so whoever sees the scheduler's verdict sees the gauge too.
 	s.pending.set(args.Pod, s.pendingReason(args, res, names))
+	writeJSON(w, http.StatusOK, res)
 }
 
 // pendingReason is why the pod fits none of names, or "" when some passed

@@ -148,7 +148,14 @@ func (b *systemBed) runPreemption(t *testing.T, steps []preemptStep) {
 // preemptAnswers reads gpushare_extender_preempt_nodes_total{outcome} from the extender.
 func (b *systemBed) preemptAnswers(t *testing.T, outcome string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + b.extAddr + "/metrics")
+	return seriesValue(t, b.extAddr, `gpushare_extender_preempt_nodes_total{outcome="`+outcome+`"}`)
+}
+
+// seriesValue reads one series (name and labels as the exposition spells them)
+// from the /metrics of the extender at addr; 0 when it has none.
+func seriesValue(t *testing.T, addr, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +164,8 @@ func (b *systemBed) preemptAnswers(t *testing.T, outcome string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := `gpushare_extender_preempt_nodes_total{outcome="` + outcome + `"} `
 	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)

@@ -70,6 +70,10 @@ func TestInspectWhy(t *testing.T) {
 	}
 	_, text, _ := inspect(ctx, "why", "b", "--kubeconfig", admin)
 	t.Logf("why b:\n%s", text)
+	// The extender's gauge names the same kind for the pod the scheduler holds.
+	if got := seriesValue(t, addr, pendingSeries(explain.KindFragmented)); got != 1 {
+		t.Errorf("%s = %v, want 1", pendingSeries(explain.KindFragmented), got)
+	}
 
 	zero := int64(0)
 	if err := pods.Delete(ctx, "a", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
@@ -112,6 +116,13 @@ func TestInspectWhy(t *testing.T) {
 		t.Errorf("why b once bound: exit %d\n%s", code, text)
 	}
 	t.Logf("why b, bound:\n%s", text)
+	if got := seriesValue(t, addr, pendingSeries(explain.KindFragmented)); got != 0 {
+		t.Errorf("b bound: %s = %v, want 0", pendingSeries(explain.KindFragmented), got)
+	}
+}
+
+func pendingSeries(reason string) string {
+	return `gpushare_extender_pending_pods{reason="` + reason + `"}`
 }
 
 // whyNudge updates a pending pod's labels so kube-scheduler tries it again at once (see halfBed.nudge).
