@@ -56,7 +56,9 @@ func Summarize(files []File, module string) (Results, error) {
 	res := Results{Module: module, Machine: files[0].Header.Machine, Sources: []Source{}, Benchmarks: []Stat{}}
 	owner := map[benchKey]string{}
 	for _, f := range files {
-		if f.Header.Machine != res.Machine {
+		// Compared as the tables print them: MemTotal moves by some KiB between
+		// boots of one machine, as the kernel reserves memory.
+		if f.Header.Machine.String() != res.Machine.String() {
 			return Results{}, fmt.Errorf("%s was measured on %s, %s on %s: run them on one machine", files[0].Path, res.Machine, f.Path, f.Header.Machine)
 		}
 		if len(f.Results) == 0 {

@@ -155,6 +155,11 @@ BenchmarkZ-2	1	2.5 ratio
 	if _, err := Summarize([]File{a, other}, "example.com/m"); err == nil || !strings.Contains(err.Error(), "one machine") {
 		t.Errorf("two machines: %v", err)
 	}
+	rebooted := b
+	rebooted.Header.Machine.MemoryBytes += 70 << 10
+	if _, err := Summarize([]File{a, rebooted}, "example.com/m"); err != nil {
+		t.Errorf("one machine, rebooted: %v", err)
+	}
 	again := a
 	again.Path = "raw/c.txt"
 	if _, err := Summarize([]File{a, again}, "example.com/m"); err == nil || !strings.Contains(err.Error(), "is in both raw/a.txt and raw/c.txt") {

@@ -5,11 +5,14 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // SchedulerConfig is the part of a KubeSchedulerConfiguration the tests vary.
@@ -197,4 +200,38 @@ func (c *Cluster) KillScheduler() {
 	if p != nil {
 		p.kill()
 	}
+}
+
+// SchedulerCPUProfile reads a CPU profile of the running kube-scheduler over d (whole seconds,
+// at least one) from its /debug/pprof/profile, as the cluster's admin: the scheduler
+// authenticates the admin's client certificate and asks the API server whether it may.
+func (c *Cluster) SchedulerCPUProfile(ctx context.Context, d time.Duration) ([]byte, error) {
+	c.mu.Lock()
+	port := c.schedPort
+	c.mu.Unlock()
+	cfg := rest.CopyConfig(c.restCfg)
+	// The scheduler's serving certificate is self-signed; the admin's client certificate stays.
+	cfg.TLSClientConfig.Insecure, cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile = true, nil, ""
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, max(1, int(d.Seconds())))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return body, nil
 }
