@@ -97,22 +97,33 @@ func groups(stats []Stat) []group {
 }
 
 // The metrics of the scheduling throughput benchmark (test/e2e): each run
-// measures the scheduler alone and with the extender, and their ratio.
-const (
-	metricAlone    = "pods/s-scheduler"
-	metricExtender = "pods/s-extender"
-	metricRatio    = "ratio"
-)
+// measures the scheduler alone and in each configuration, and each
+// configuration's ratio to the scheduler alone.
+const metricAlone = "pods/s-scheduler"
+
+// config is one configuration the throughput benchmark measures beside the
+// scheduler alone: its rate, its ratio to alone and its CPU phase.
+type config struct {
+	words, rate, ratio, phase string
+}
+
+// configs are the configurations in the order the tables list them.
+func configs() []config {
+	return []config{
+		{"extender", "pods/s-extender", "ratio", "-extender"},
+		{"extender without prioritize (MostAllocated)", "pods/s-mostallocated", "ratio-mostallocated", "-mostallocated"},
+		{"scheduler plugin (gpushare-scheduler)", "pods/s-plugin", "ratio-plugin", "-plugin"},
+	}
+}
 
 // The benchmark also reports the CPU time each process of the test bed spent
 // per pod bound in each phase, as cpu-ms/pod-<process>-<phase>. Process names
 // have dashes of their own (kube-apiserver), so the process is what lies
 // between the prefix and the phase.
 const (
-	cpuPrefix     = "cpu-ms/pod-"
-	cpuUnit       = "ms/pod"
-	phaseAlone    = "-alone"
-	phaseExtender = "-extender"
+	cpuPrefix  = "cpu-ms/pod-"
+	cpuUnit    = "ms/pod"
+	phaseAlone = "-alone"
 )
 
 // Markdown renders res as the section between the markers: the machine, the
@@ -134,31 +145,15 @@ func Markdown(res Results, opt Options) string {
 	var throughput, others []group
 	for _, g := range groups(res.Benchmarks) {
 		_, a := g.metric(metricAlone)
-		_, e := g.metric(metricExtender)
+		_, e := g.metric(configs()[0].rate)
 		if a && e {
 			throughput = append(throughput, g)
 		} else {
 			others = append(others, g)
 		}
 	}
-	machine := res.Machine.Short()
 	if len(throughput) > 0 {
-		w.WriteString("\n#### Scheduling throughput: the scheduler alone and with the extender\n\n")
-		w.WriteString("Both are measured in each run, one after the other on the same cluster; the ratio is taken in each run and its median shown.\n\n")
-		w.WriteString("| benchmark | scheduler alone (pods/s) | with extender (pods/s) | ratio, extender / alone | ratio of each run | runs | machine | command |\n")
-		w.WriteString("|---|---|---|---|---|---|---|---|\n")
-		for _, g := range throughput {
-			a, _ := g.metric(metricAlone)
-			e, _ := g.metric(metricExtender)
-			ratios := runRatios(g, a, e)
-			each := make([]string, len(ratios))
-			for i, r := range ratios {
-				each[i] = fmtNum(r)
-			}
-			fmt.Fprintf(&w, "| %s | %s | %s | %s | %s | %d | %s | %s |\n", displayName(g.first(), res.Machine),
-				cell(a), cell(e), cell(statOf(metricRatio, ratios)),
-				strings.Join(each, ", "), g.runs(), machine, code(a.Rerun))
-		}
+		throughputTable(&w, throughput, res.Machine)
 		cpuTable(&w, throughput, res.Machine)
 	}
 	for _, pkg := range packages(others) {
@@ -182,61 +177,94 @@ func Markdown(res Results, opt Options) string {
 					cells[i] = cell(s)
 				}
 			}
-			fmt.Fprintf(&w, "| %s | %s | %d | %s | %s |\n", displayName(g.first(), res.Machine), strings.Join(cells, " | "), g.runs(), machine, code(g.first().Rerun))
+			fmt.Fprintf(&w, "| %s | %s | %d | %s | %s |\n", displayName(g.first(), res.Machine), strings.Join(cells, " | "), g.runs(), res.Machine.Short(), code(g.first().Rerun))
 		}
 	}
 	return w.String()
 }
 
-// runRatios is extender / alone of each run: the benchmark's own ratio
-// metric where it reports one for every run, else the quotient of the run's
-// two rates.
-func runRatios(g group, alone, ext Stat) []float64 {
-	if r, ok := g.metric(metricRatio); ok && r.N == g.runs() {
+// throughputTable renders a row per throughput group and configuration it
+// measured: the rates alone and with it, and their ratio run by run.
+func throughputTable(w *strings.Builder, gs []group, m Machine) {
+	w.WriteString("\n#### Scheduling throughput: the scheduler alone and in each configuration\n\n")
+	w.WriteString("Each run measures the scheduler alone and then each configuration, one after the other on the same cluster; the ratio is taken in each run and its median shown.\n\n")
+	w.WriteString("| benchmark | configuration | scheduler alone (pods/s) | with it (pods/s) | ratio to alone | ratio of each run | runs | machine | command |\n")
+	w.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, g := range gs {
+		a, _ := g.metric(metricAlone)
+		for _, c := range configs() {
+			e, ok := g.metric(c.rate)
+			if !ok {
+				continue
+			}
+			ratios := runRatios(g, c.ratio, a, e)
+			each := make([]string, len(ratios))
+			for i, r := range ratios {
+				each[i] = fmtNum(r)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %d | %s | %s |\n", displayName(g.first(), m), c.words,
+				cell(a), cell(e), cell(statOf("ratio", ratios)),
+				strings.Join(each, ", "), g.runs(), m.Short(), code(a.Rerun))
+		}
+	}
+}
+
+// runRatios is with / alone of each run: the benchmark's own ratio metric
+// where it reports one for every run, else the quotient of the run's two rates.
+func runRatios(g group, ratio string, alone, with Stat) []float64 {
+	if r, ok := g.metric(ratio); ok && r.N == g.runs() {
 		return r.Values
 	}
-	n := min(len(alone.Values), len(ext.Values))
+	n := min(len(alone.Values), len(with.Values))
 	out := make([]float64, n)
 	for i := range n {
-		out[i] = ext.Values[i] / alone.Values[i]
+		out[i] = with.Values[i] / alone.Values[i]
 	}
 	return out
 }
 
 // cpuTable renders the CPU cost per pod bound of each process of the
-// throughput groups that report it, alone and with the extender, and the
+// throughput groups that report it, alone and in each configuration, and the
 // difference, taken per run as the ratio is.
 func cpuTable(w *strings.Builder, gs []group, m Machine) {
 	header := false
 	for _, g := range gs {
-		procs := cpuProcesses(g)
-		if len(procs) == 0 {
-			continue
+		for _, c := range configs() {
+			procs := cpuProcesses(g, c.phase)
+			if len(procs) == 0 {
+				continue
+			}
+			if !header {
+				header = true
+				w.WriteString("\n#### CPU per pod bound, by process\n\n")
+				w.WriteString("CPU time (user + system, from /proc) each process of the test bed spent during the burst, divided by the pods bound; " +
+					"both phases are measured in each run, and the added cost is taken in each run and its median shown. " +
+					"The extender runs only in its configurations.\n\n")
+				w.WriteString("| benchmark | configuration | process | scheduler alone (CPU ms/pod) | with it (CPU ms/pod) | added by it (CPU ms/pod) | runs | machine | command |\n")
+				w.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+			}
+			cpuRows(w, g, c, procs, m)
 		}
-		if !header {
-			header = true
-			w.WriteString("\n#### CPU per pod bound, by process\n\n")
-			w.WriteString("CPU time (user + system, from /proc) each process of the test bed spent during the burst, divided by the pods bound; " +
-				"both phases are measured in each run, and the added cost is taken in each run and its median shown. " +
-				"The extender runs only in the second phase.\n\n")
-			w.WriteString("| benchmark | process | scheduler alone (CPU ms/pod) | with extender (CPU ms/pod) | added by the extender (CPU ms/pod) | runs | machine | command |\n")
-			w.WriteString("|---|---|---|---|---|---|---|---|\n")
-		}
-		row := func(process, alone, ext, added string) {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s | %s |\n", displayName(g.first(), m), escape(process),
-				alone, ext, added, g.runs(), m.Short(), code(g.first().Rerun))
-		}
-		// all sums the processes run by run; nil once a process has no
-		// value for every run, which leaves that phase blank.
-		sumAlone, sumExt := make([]float64, g.runs()), make([]float64, g.runs())
-		for _, p := range procs {
-			a, aRuns := cpuRuns(g, p, phaseAlone)
-			e, eRuns := cpuRuns(g, p, phaseExtender)
-			row(p, cell(a), cell(e), addedCell(aRuns, eRuns))
-			sumAlone, sumExt = addRuns(sumAlone, aRuns), addRuns(sumExt, eRuns)
-		}
-		row("all", runsCell(sumAlone), runsCell(sumExt), addedCell(sumAlone, sumExt))
 	}
+}
+
+// cpuRows renders one configuration's rows of cpuTable, the sum of the
+// processes last.
+func cpuRows(w *strings.Builder, g group, c config, procs []string, m Machine) {
+	row := func(process, alone, with, added string) {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %d | %s | %s |\n", displayName(g.first(), m), c.words, escape(process),
+			alone, with, added, g.runs(), m.Short(), code(g.first().Rerun))
+	}
+	// all sums the processes run by run; nil once a process has no
+	// value for every run, which leaves that phase blank.
+	sumAlone, sumWith := make([]float64, g.runs()), make([]float64, g.runs())
+	for _, p := range procs {
+		a, aRuns := cpuRuns(g, p, phaseAlone)
+		e, eRuns := cpuRuns(g, p, c.phase)
+		row(p, cell(a), cell(e), addedCell(aRuns, eRuns))
+		sumAlone, sumWith = addRuns(sumAlone, aRuns), addRuns(sumWith, eRuns)
+	}
+	row("all", runsCell(sumAlone), runsCell(sumWith), addedCell(sumAlone, sumWith))
 }
 
 // cpuMetric splits cpu-ms/pod-<process>-<phase>; phase keeps its dash.
@@ -245,7 +273,11 @@ func cpuMetric(metric string) (process, phase string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
-	for _, ph := range []string{phaseAlone, phaseExtender} {
+	phases := []string{phaseAlone}
+	for _, c := range configs() {
+		phases = append(phases, c.phase)
+	}
+	for _, ph := range phases {
 		if p, ok := strings.CutSuffix(rest, ph); ok && p != "" {
 			return p, ph, true
 		}
@@ -253,10 +285,10 @@ func cpuMetric(metric string) (process, phase string, ok bool) {
 	return "", "", false
 }
 
-// cpuProcesses are the processes g reports CPU for: the test bed's in a
-// fixed order, so that the rows of every benchmark line up, then others
-// sorted.
-func cpuProcesses(g group) []string {
+// cpuProcesses are the processes g reports CPU for in phase: the test bed's in
+// a fixed order, so that the rows of every benchmark line up, then others
+// sorted. A process that reports alone only is listed once phase has any.
+func cpuProcesses(g group, phase string) []string {
 	rank := func(p string) int {
 		switch p {
 		case "kube-apiserver":
@@ -270,9 +302,21 @@ func cpuProcesses(g group) []string {
 		}
 		return 4
 	}
-	var out []string
+	var out, alone []string
 	for _, s := range g.stats {
-		if p, _, ok := cpuMetric(s.Metric); ok && !slices.Contains(out, p) {
+		p, ph, ok := cpuMetric(s.Metric)
+		switch {
+		case ok && ph == phase && !slices.Contains(out, p):
+			out = append(out, p)
+		case ok && ph == phaseAlone:
+			alone = append(alone, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	for _, p := range alone {
+		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}

@@ -121,7 +121,7 @@ func TestMarkdown(t *testing.T) {
 	}
 	// The qps=50 ratios of the fixture are 2.156, 2.0 and 2.5: their median
 	// is 2.156, not the 134.1/60 of the medians' quotient.
-	if !strings.Contains(string(got), "| SchedulingThroughput/qps=50 | 60.0 (56.0–62.2) | 134 (120–140) | 2.16 (2.00–2.50) | 2.16, 2.00, 2.50 | 3 |") {
+	if !strings.Contains(string(got), "| SchedulingThroughput/qps=50 | extender | 60.0 (56.0–62.2) | 134 (120–140) | 2.16 (2.00–2.50) | 2.16, 2.00, 2.50 | 3 |") {
 		t.Error("the qps=50 row does not show the median of the per-run ratios")
 	}
 }
@@ -141,7 +141,7 @@ func TestCPUTable(t *testing.T) {
 	for _, tc := range []struct {
 		name, raw string
 		runs      int
-		rows      []string // process, alone, with extender, added
+		rows      []string // configuration, process, alone, with it, added
 	}{
 		{
 			// kube-apiserver: the per-run differences 1.93, 3.00, 1.20 have
@@ -152,11 +152,11 @@ func TestCPUTable(t *testing.T) {
 			raw:  cpuRaw,
 			runs: 3,
 			rows: []string{
-				"kube-apiserver | 6.12 (6.00–7.00) | 8.20 (8.05–9.00) | 1.93 (1.20–3.00)",
-				"etcd | 3.10 (3.00–3.30) | 3.40 (1.52–3.80) | 0.400 (-1.58–0.500)",
-				"kube-scheduler | 2.14 (2.00–2.30) | 4.10 (4.00–4.66) | 2.00 (1.80–2.52)",
-				"extender | 0 | 2.20 (1.90–2.50) | 2.20 (1.90–2.50)",
-				"all | 11.4 (11.0–12.6) | 18.0 (16.4–18.9) | 5.40 (5.07–7.90)",
+				"extender | kube-apiserver | 6.12 (6.00–7.00) | 8.20 (8.05–9.00) | 1.93 (1.20–3.00)",
+				"extender | etcd | 3.10 (3.00–3.30) | 3.40 (1.52–3.80) | 0.400 (-1.58–0.500)",
+				"extender | kube-scheduler | 2.14 (2.00–2.30) | 4.10 (4.00–4.66) | 2.00 (1.80–2.52)",
+				"extender | extender | 0 | 2.20 (1.90–2.50) | 2.20 (1.90–2.50)",
+				"extender | all | 11.4 (11.0–12.6) | 18.0 (16.4–18.9) | 5.40 (5.07–7.90)",
 			},
 		},
 		{
@@ -170,10 +170,28 @@ BenchmarkSchedulingThroughput/qps=500-2	1	1 cpu-ms/pod-kube-proxy-alone	1 cpu-ms
 `,
 			runs: 2,
 			rows: []string{
-				"etcd | 2 | 3.50 (3.00–4.00) | ",
-				"coredns | 0 | 1 | 1",
-				"kube-proxy | 1 | 0 | -1",
-				"all |  | 4.50 (4.00–5.00) | ",
+				"extender | etcd | 2 | 3.50 (3.00–4.00) | ",
+				"extender | coredns | 0 | 1 | 1",
+				"extender | kube-proxy | 1 | 0 | -1",
+				"extender | all |  | 4.50 (4.00–5.00) | ",
+			},
+		},
+		{
+			// The plugin's configuration has rows of its own, after the
+			// extender's; the extender process, which runs in neither the
+			// plugin's phase nor alone, is not among them.
+			name: "the scheduler plugin",
+			raw: testHeader + `pkg: example.com/m/e2e
+BenchmarkSchedulingThroughput/qps=500-2	1	2 cpu-ms/pod-kube-scheduler-alone	3 cpu-ms/pod-kube-scheduler-extender	1 cpu-ms/pod-extender-extender	2.5 cpu-ms/pod-kube-scheduler-plugin	200 pods/s-scheduler	100 pods/s-extender	180 pods/s-plugin
+BenchmarkSchedulingThroughput/qps=500-2	1	2 cpu-ms/pod-kube-scheduler-alone	3 cpu-ms/pod-kube-scheduler-extender	1 cpu-ms/pod-extender-extender	3.5 cpu-ms/pod-kube-scheduler-plugin	200 pods/s-scheduler	100 pods/s-extender	160 pods/s-plugin
+`,
+			runs: 2,
+			rows: []string{
+				"extender | kube-scheduler | 2 | 3 | 1",
+				"extender | extender | 0 | 1 | 1",
+				"extender | all | 2 | 4 | 2",
+				"scheduler plugin (gpushare-scheduler) | kube-scheduler | 2 | 3.00 (2.50–3.50) | 1.00 (0.500–1.50)",
+				"scheduler plugin (gpushare-scheduler) | all | 2 | 3.00 (2.50–3.50) | 1.00 (0.500–1.50)",
 			},
 		},
 	} {
@@ -188,9 +206,9 @@ BenchmarkSchedulingThroughput/qps=500-2	1	1 cpu-ms/pod-kube-proxy-alone	1 cpu-ms
 				t.Fatalf("no CPU table:\n%s", out)
 			}
 			want := "CPU time (user + system, from /proc) each process of the test bed spent during the burst, divided by the pods bound; " +
-				"both phases are measured in each run, and the added cost is taken in each run and its median shown. The extender runs only in the second phase.\n\n" +
-				"| benchmark | process | scheduler alone (CPU ms/pod) | with extender (CPU ms/pod) | added by the extender (CPU ms/pod) | runs | machine | command |\n" +
-				"|---|---|---|---|---|---|---|---|\n"
+				"both phases are measured in each run, and the added cost is taken in each run and its median shown. The extender runs only in its configurations.\n\n" +
+				"| benchmark | configuration | process | scheduler alone (CPU ms/pod) | with it (CPU ms/pod) | added by it (CPU ms/pod) | runs | machine | command |\n" +
+				"|---|---|---|---|---|---|---|---|---|\n"
 			for _, r := range tc.rows {
 				want += fmt.Sprintf("| SchedulingThroughput/qps=500 | %s | %d | 2 cores, 1.0 GiB | %s |\n", r, tc.runs, rerun)
 			}
@@ -199,7 +217,7 @@ BenchmarkSchedulingThroughput/qps=500-2	1	1 cpu-ms/pod-kube-proxy-alone	1 cpu-ms
 			}
 			// The CPU metrics neither add columns to the throughput table
 			// nor push the benchmark into a table of its package.
-			if strings.Contains(out, "#### `./e2e`") || strings.Count(out, "| SchedulingThroughput/qps=500 | 2") != 1 {
+			if strings.Contains(out, "#### `./e2e`") || strings.Count(out, "| SchedulingThroughput/qps=500 | extender | 2") != 1 {
 				t.Errorf("the throughput benchmark is outside its table:\n%s", out)
 			}
 		})
