@@ -57,6 +57,13 @@ type Config struct {
 	OnVerify func(result string)
 	// Now returns the time; nil means time.Now. Tests pass a fake.
 	Now func() time.Time
+	// Shared, when set, is the factory whose pod and node informers the
+	// cache reads instead of watching pods and nodes itself: kube-scheduler's
+	// in plugin mode, so its process decodes each event once and the API
+	// server feeds one watch fewer. Its pod informer must leave finished pods
+	// out, as the scheduler's does. Its owner starts and stops it; Run only
+	// starts it too, which an informer factory allows.
+	Shared informers.SharedInformerFactory
 }
 
 // Cache is the informer-fed, per-node GPU view. Build it with New, start it
@@ -73,7 +80,8 @@ type Cache struct {
 	podInformer  toolscache.SharedIndexInformer
 	nodeInformer toolscache.SharedIndexInformer
 	cmInformer   toolscache.SharedIndexInformer
-	factories    []informers.SharedInformerFactory
+	factories    []informers.SharedInformerFactory // started and shut down by Run
+	shared       informers.SharedInformerFactory   // Config.Shared: started by Run, never shut down
 	synced       []toolscache.InformerSynced
 
 	mu    sync.RWMutex
@@ -159,22 +167,14 @@ func New(cfg Config) (*Cache, error) {
 			return cfg.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		}
 	}
-	// Finished pods never hold a GPU; leaving them out of the watch keeps
-	// memory flat in clusters with many completed jobs. A pod that finishes
-	// leaves the selector, which the informer reports as a delete.
-	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.AndSelectors(
-				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
-			).String()
-		}),
-		// The store keeps a PodRecord per pod, not the pod (record.go): use
-		// Cache.Pod, never the typed lister.
-		informers.WithTransform(compactPod))
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTransform(trimNode))
 	cmFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(gpushare.UnhealthyConfigMapNamespace))
-	c.factories = []informers.SharedInformerFactory{podFactory, nodeFactory, cmFactory}
+	c.factories = []informers.SharedInformerFactory{cmFactory}
+	podFactory, nodeFactory := cfg.Shared, cfg.Shared
+	if cfg.Shared == nil {
+		podFactory, nodeFactory = ownFactories(cfg.Client)
+		c.factories = append(c.factories, podFactory, nodeFactory)
+	}
+	c.shared = cfg.Shared
 	c.podInformer = podFactory.Core().V1().Pods().Informer()
 	c.nodeInformer = nodeFactory.Core().V1().Nodes().Informer()
 	c.cmInformer = cmFactory.Core().V1().ConfigMaps().Informer()
@@ -203,10 +203,32 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
+// ownFactories are the cache's own pod and node informers, when it shares none.
+func ownFactories(client kubernetes.Interface) (pods, nodes informers.SharedInformerFactory) {
+	// Finished pods never hold a GPU; leaving them out of the watch keeps
+	// memory flat in clusters with many completed jobs. A pod that finishes
+	// leaves the selector, which the informer reports as a delete.
+	pods = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.AndSelectors(
+				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+				fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+			).String()
+		}),
+		// The store keeps a PodRecord per pod, not the pod (record.go): use
+		// Cache.Pod, never the typed lister.
+		informers.WithTransform(compactPod))
+	nodes = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimNode))
+	return pods, nodes
+}
+
 // Run starts the informers and the verification loop, and blocks until ctx ends.
 func (c *Cache) Run(ctx context.Context) {
 	for _, f := range c.factories {
 		f.Start(ctx.Done())
+	}
+	if c.shared != nil {
+		c.shared.Start(ctx.Done())
 	}
 	tick := time.NewTicker(max(c.ttl/4, 100*time.Millisecond))
 	defer tick.Stop()

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -545,5 +546,49 @@ func TestReleaseDropsTerminatingUntilDeleted(t *testing.T) {
 	})
 	if n := f.cache.Release("nowhere", []string{"uid-live"}); n != 0 {
 		t.Fatalf("Release on an unknown node = %d; want 0", n)
+	}
+}
+
+// TestSharedInformers: with Config.Shared the cache reads the factory's pod
+// and node informers (kube-scheduler's, in plugin mode) and opens no watch of
+// pods or nodes of its own; charges follow the shared informer's events.
+func TestSharedInformers(t *testing.T) {
+	client := fake.NewClientset(Node("n1", 64, 4, nil), Pod("p", "n1", 2, true, 4))
+	shared := informers.NewSharedInformerFactory(client, 0)
+	schedulerPods := shared.Core().V1().Pods().Informer() // registered first, as the scheduler does
+	c, err := New(Config{Client: client, Logger: zaptest.NewLogger(t), AssumeTTL: testTTL, Shared: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Informer() wraps the factory's informer anew each time; the store is the informer's own.
+	if c.podInformer.GetStore() != schedulerPods.GetStore() {
+		t.Fatal("the cache built a pod informer of its own")
+	}
+	f := &fixture{t: t, client: client, cache: c}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; shared.Shutdown() })
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !c.WaitForSync(sctx) {
+		t.Fatal("cache did not sync")
+	}
+	f.waitUsed("n1", 0, 0, 4, 0)
+	if r, ok := c.Pod("default", "p"); !ok || r.NodeName != "n1" {
+		t.Fatalf("Pod(p) = %+v, %v", r, ok)
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUsed("n1", 0, 0, 0, 0)
+	watches := map[string]int{}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "watch" {
+			watches[a.GetResource().Resource]++
+		}
+	}
+	if watches["pods"] != 1 || watches["nodes"] != 1 {
+		t.Errorf("watches = %v, want one of pods and one of nodes", watches)
 	}
 }

@@ -99,7 +99,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	log = log.Named("gpushare")
-	c, err := cache.New(cache.Config{Client: h.ClientSet(), Logger: log.Named("cache"), AssumeTTL: args.AssumeTTL.Duration})
+	// The scheduler's own pod and node informers: one watch of each in the
+	// process, each event decoded once. The cache starts them before the
+	// scheduler does (a factory starts each informer once), to sync here.
+	c, err := cache.New(cache.Config{Client: h.ClientSet(), Logger: log.Named("cache"), AssumeTTL: args.AssumeTTL.Duration,
+		Shared: h.SharedInformerFactory()})
 	if err != nil {
 		return nil, err
 	}
