@@ -2,8 +2,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -315,17 +315,27 @@ func (c *Cluster) processes() []*process {
 }
 
 func httpOK(ctx context.Context, client *http.Client, url string) (bool, error) {
+	_, err := httpGet(ctx, client, url)
+	return err == nil, err
+}
+
+// httpGet reads url's body; any status but 200 is an error naming it and the body.
+func httpGet(ctx context.Context, client *http.Client, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false, errors.New(resp.Status)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
 	}
-	return true, nil
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return body, nil
 }

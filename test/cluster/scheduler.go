@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -217,21 +216,5 @@ func (c *Cluster) SchedulerCPUProfile(ctx context.Context, d time.Duration) ([]b
 		return nil, err
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, max(1, int(d.Seconds())))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
-	}
-	return body, nil
+	return httpGet(ctx, client, url)
 }

@@ -19,8 +19,6 @@ import (
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/app"
 	"github.com/gpushare/gpushare/plugin/gpushare"
-	"github.com/gpushare/gpushare/plugin/manager"
-	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/localcluster/manifests"
 )
@@ -114,45 +112,7 @@ func TestHelmChart(t *testing.T) {
 	})
 
 	// 3. The device plugin with the chart's RBAC and admission policy, as its DaemonSet's pod.
-	kubelet, err := c.AddKubelet(ctx, "gpu-node", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pluginAPI := pluginClient(t, c, kubelet.Name())
-	waitPolicyInForce(t, pluginAPI, kubelet.Name())
-	sim, err := nvml.NewSimulator(zaptest.NewLogger(t), "simulated:mixed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := manager.New(manager.Config{
-		Node: kubelet.Name(), Client: pluginAPI, Library: sim,
-		DevicePluginDir: kubelet.DevicePluginDir(), HealthCheck: true,
-		Health: nvml.HealthOptions{WaitTimeout: 100 * time.Millisecond}, Logger: zaptest.NewLogger(t).Named("plugin"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugCtx, stopPlug := context.WithCancel(context.Background())
-	plugDone := make(chan error, 1)
-	go func() { plugDone <- m.Run(plugCtx) }()
-	t.Cleanup(func() {
-		stopPlug()
-		select {
-		case err := <-plugDone:
-			if err != nil {
-				t.Errorf("device plugin: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("device plugin did not stop")
-		}
-		sim.Shutdown()
-	})
-	if _, err := c.WaitForNode(ctx, kubelet.Name(), waitLong, "advertises gpu-mem and is described by the plugin", func(n *corev1.Node) bool {
-		q := n.Status.Allocatable[gpushare.ResourceName]
-		return q.Value() > 0 && n.Annotations[gpushare.AnnotationNodeGPUs] != ""
-	}); err != nil {
-		t.Fatal(err)
-	}
+	kubelet, _ := startShippedPlugin(ctx, t, c, nil)
 
 	// 4. kube-scheduler as the chart's second scheduler, with its ServiceAccount's identity.
 	deploy, err := c.Client().AppsV1().Deployments("kube-system").Get(ctx, manifests.SecondSchedulerName, metav1.GetOptions{})

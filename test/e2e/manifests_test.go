@@ -159,46 +159,10 @@ func TestManifests(t *testing.T) {
 	// 3. The device plugin with only its shipped RBAC and admission policy, with the credentials of
 	// its DaemonSet's pod (a token bound to a pod on its node), once the policy is in force: it
 	// patches its Node (status and annotation) and, below, its pods' records.
-	kubelet, err := c.AddKubelet(ctx, "gpu-node", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pluginAPI := pluginClient(t, c, kubelet.Name())
-	waitPolicyInForce(t, pluginAPI, kubelet.Name())
-	sim, err := nvml.NewSimulator(zaptest.NewLogger(t), "simulated:mixed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := manager.New(manager.Config{
-		Node: kubelet.Name(), Client: pluginAPI, Library: sim,
-		DevicePluginDir: kubelet.DevicePluginDir(), HealthCheck: true,
-		Health: nvml.HealthOptions{WaitTimeout: 100 * time.Millisecond}, Logger: zaptest.NewLogger(t).Named("plugin"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugCtx, stopPlug := context.WithCancel(context.Background())
-	plugDone := make(chan error, 1)
-	go func() { plugDone <- m.Run(plugCtx) }()
-	t.Cleanup(func() {
-		stopPlug()
-		select {
-		case err := <-plugDone:
-			if err != nil {
-				t.Errorf("device plugin: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("device plugin did not stop")
-		}
-		sim.Shutdown()
-	})
-	if _, err := c.WaitForNode(ctx, kubelet.Name(), waitLong, "advertises gpu-mem and is described by the plugin", func(n *corev1.Node) bool {
-		q := n.Status.Allocatable[gpushare.ResourceName]
+	kubelet, sim := startShippedPlugin(ctx, t, c, func(n *corev1.Node) bool {
 		count := n.Status.Allocatable[gpushare.ResourceCount]
-		return q.Value() > 0 && count.Value() == 4 && n.Annotations[gpushare.AnnotationNodeGPUs] != ""
-	}); err != nil {
-		t.Fatal(err)
-	}
+		return count.Value() == 4
+	})
 
 	// 4. The default scheduler with the shipped configuration (kubeconfig and extender URL rewritten).
 	schedCfg, err := manifests.SchedulerConfig(dir)
@@ -419,4 +383,52 @@ func tail(lines []string, n int) []string {
 		return lines[len(lines)-n:]
 	}
 	return lines
+}
+
+// startShippedPlugin adds the hollow node gpu-node and runs our device plugin there as its
+// DaemonSet's pod does, with only the shipped RBAC and admission policy (once the policy is in
+// force), and waits until the node advertises gpu-mem, is described by the plugin and passes more
+// (nil: nothing more).
+func startShippedPlugin(ctx context.Context, t *testing.T, c *cluster.Cluster, more func(*corev1.Node) bool) (*cluster.Kubelet, *nvml.Simulator) {
+	t.Helper()
+	kubelet, err := c.AddKubelet(ctx, "gpu-node", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginAPI := pluginClient(t, c, kubelet.Name())
+	waitPolicyInForce(t, pluginAPI, kubelet.Name())
+	sim, err := nvml.NewSimulator(zaptest.NewLogger(t), "simulated:mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manager.New(manager.Config{
+		Node: kubelet.Name(), Client: pluginAPI, Library: sim,
+		DevicePluginDir: kubelet.DevicePluginDir(), HealthCheck: true,
+		Health: nvml.HealthOptions{WaitTimeout: 100 * time.Millisecond}, Logger: zaptest.NewLogger(t).Named("plugin"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugCtx, stopPlug := context.WithCancel(context.Background())
+	plugDone := make(chan error, 1)
+	go func() { plugDone <- m.Run(plugCtx) }()
+	t.Cleanup(func() {
+		stopPlug()
+		select {
+		case err := <-plugDone:
+			if err != nil {
+				t.Errorf("device plugin: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("device plugin did not stop")
+		}
+		sim.Shutdown()
+	})
+	if _, err := c.WaitForNode(ctx, kubelet.Name(), waitLong, "advertises gpu-mem and is described by the plugin", func(n *corev1.Node) bool {
+		q := n.Status.Allocatable[gpushare.ResourceName]
+		return q.Value() > 0 && n.Annotations[gpushare.AnnotationNodeGPUs] != "" && (more == nil || more(n))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return kubelet, sim
 }
