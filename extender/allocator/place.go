@@ -386,16 +386,27 @@ func Score(n *Node, r Request, policy Policy) int64 {
 	if unfit != nil {
 		return extenderv1.MinExtenderPriority
 	}
+	return ScorePlaced(n, r, p, policy)
+}
+
+// ScorePlaced is Score for a placement Place already chose on n, so a caller
+// that placed r (a scheduler plugin's Filter) need not place it again.
+func ScorePlaced(n *Node, r Request, p Placement, policy Policy) int64 {
 	if policy == FirstFit {
 		return extenderv1.MaxExtenderPriority
 	}
 	var used, size uint64
-	for g, units := range Charges(r, p) {
-		for _, gpu := range n.GPUs {
-			if gpu.Index == g {
-				used += gpu.Used + units
-				size += gpu.Units
-			}
+	add := func(g int, units uint64) {
+		if i, ok := slices.BinarySearchFunc(n.GPUs, g, func(x GPU, t int) int { return x.Index - t }); ok {
+			used += n.GPUs[i].Used + units
+			size += n.GPUs[i].Units
+		}
+	}
+	if p.Set == 0 && !p.Split {
+		add(p.Home, r.Units) // the common case, without Charges' map
+	} else {
+		for g, units := range Charges(r, p) {
+			add(g, units)
 		}
 	}
 	if size == 0 {

@@ -57,6 +57,13 @@ type Config struct {
 	OnVerify func(result string)
 	// Now returns the time; nil means time.Now. Tests pass a fake.
 	Now func() time.Time
+	// OnFreed, when set, is called after a change that may let a pod the
+	// hold-back rule kept waiting fit: a charge removed, or an in-flight
+	// charge allocated by the device plugin. It runs outside the cache's
+	// lock, after the change is visible to readers, on the goroutine that
+	// made it (an informer's handler, the binder or the verifier): it must
+	// not block.
+	OnFreed func()
 	// Shared, when set, is the factory whose pod and node informers the
 	// cache reads instead of watching pods and nodes itself: kube-scheduler's
 	// in plugin mode, so its process decodes each event once and the API
@@ -76,6 +83,7 @@ type Cache struct {
 	verifyBatch   int
 	verifyTimeout time.Duration
 	onVerify      func(result string)
+	onFreed       func()
 
 	podInformer  toolscache.SharedIndexInformer
 	nodeInformer toolscache.SharedIndexInformer
@@ -84,7 +92,9 @@ type Cache struct {
 	shared       informers.SharedInformerFactory   // Config.Shared: started by Run, never shut down
 	synced       []toolscache.InformerSynced
 
-	mu    sync.RWMutex
+	mu sync.RWMutex
+	// freed is set under mu by a change OnFreed must hear of; unlock tells it.
+	freed bool
 	nodes map[string]*nodeState
 	pods  map[types.UID]*podState
 	// released are pods Release dropped before this cache's informer
@@ -146,6 +156,7 @@ func New(cfg Config) (*Cache, error) {
 		verifyBatch:   cmp.Or(cfg.VerifyBatch, 20),
 		verifyTimeout: cmp.Or(cfg.VerifyTimeout, 5*time.Second),
 		onVerify:      cfg.OnVerify,
+		onFreed:       cfg.OnFreed,
 		nodes:         map[string]*nodeState{},
 		released:      map[types.UID]bool{},
 		pods:          map[types.UID]*podState{},
@@ -445,9 +456,21 @@ func (c *Cache) endBinding(uid types.UID, unverified bool) {
 // not the binder, knows they are bound.
 func (c *Cache) Forget(uid types.UID) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if p, ok := c.pods[uid]; ok && p.assumed {
 		c.removeLocked(p)
+		c.freed = true
+	}
+}
+
+// unlock releases the write lock, then calls OnFreed when a change made
+// under it freed room: after the unlock, so a pod it wakes reads the change.
+func (c *Cache) unlock() {
+	freed := c.freed
+	c.freed = false
+	c.mu.Unlock()
+	if freed && c.onFreed != nil {
+		c.onFreed()
 	}
 }
 
@@ -466,7 +489,7 @@ func (c *Cache) upsertPod(obj any) {
 	}
 	ps, reason := c.podStateOf(pod)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.released[pod.UID] {
 		return
 	}
@@ -483,11 +506,13 @@ func (c *Cache) upsertPod(obj any) {
 		}
 		if had {
 			c.removeLocked(old)
+			c.freed = true
 		}
 		return
 	}
 	if had {
 		c.removeLocked(old)
+		c.freed = old.inFlight && !ps.inFlight || old.node != ps.node
 	}
 	c.addLocked(ps)
 }
@@ -498,10 +523,11 @@ func (c *Cache) deletePod(obj any) {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	delete(c.released, pod.UID)
 	if old, ok := c.pods[pod.UID]; ok {
 		c.removeLocked(old)
+		c.freed = true
 	}
 }
 
@@ -514,7 +540,7 @@ func (c *Cache) deletePod(obj any) {
 // agree the pod was going. It returns how many pods it released.
 func (c *Cache) Release(node string, uids []string) int {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	n, ok := c.nodes[node]
 	if !ok {
 		return 0
@@ -533,6 +559,7 @@ func (c *Cache) Release(node string, uids []string) int {
 	if released > 0 {
 		c.rebuildLocked(n)
 		c.dropIfEmptyLocked(n)
+		c.freed = true
 	}
 	return released
 }

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -590,5 +591,49 @@ func TestSharedInformers(t *testing.T) {
 	}
 	if watches["pods"] != 1 || watches["nodes"] != 1 {
 		t.Errorf("watches = %v, want one of pods and one of nodes", watches)
+	}
+}
+
+// OnFreed hears of exactly the changes that can end a hold-back or free
+// room, after they are visible: a reader it wakes must not see the old view.
+func TestOnFreed(t *testing.T) {
+	var calls []string
+	var c *Cache
+	c, err := New(Config{Client: fake.NewClientset(), Logger: zaptest.NewLogger(t), OnFreed: func() {
+		n, _ := c.Node("n1")
+		calls = append(calls, fmt.Sprintf("used %d, in flight %d", n.GPUs[0].Used+n.GPUs[1].Used, len(n.InFlight)))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.upsertNode(Node("n1", 32, 2, nil))
+	steps := []struct {
+		what   string
+		change func()
+		want   []string
+	}{
+		{"bound, in flight", func() { c.upsertPod(Pod("p", "n1", 0, false, 4)) }, nil},
+		{"a status update", func() {
+			p := Pod("p", "n1", 0, false, 4)
+			p.Status.Phase = corev1.PodRunning
+			c.upsertPod(p)
+		}, nil},
+		{"allocated by the device plugin", func() { c.upsertPod(Pod("p", "n1", 0, true, 4)) }, []string{"used 4, in flight 0"}},
+		{"allocated again", func() { c.upsertPod(Pod("p", "n1", 0, true, 4)) }, nil},
+		{"deleted", func() { c.deletePod(Pod("p", "n1", 0, true, 4)) }, []string{"used 0, in flight 0"}},
+		{"assumed", func() {
+			if _, err := c.Assume(RecordOf(Pod("q", "", -1, false, 6)), "n1", allocator.BestFit); err != nil {
+				t.Fatal(err)
+			}
+		}, nil},
+		{"forgotten", func() { c.Forget("uid-q") }, []string{"used 0, in flight 0"}},
+		{"a pod never charged deleted", func() { c.deletePod(Pod("r", "n1", 1, true, 2)) }, nil},
+	}
+	for _, s := range steps {
+		calls = nil
+		s.change()
+		if !slices.Equal(calls, s.want) {
+			t.Errorf("%s: OnFreed saw %q, want %q", s.what, calls, s.want)
+		}
 	}
 }

@@ -88,7 +88,7 @@ func (c *Cache) settle(ch check, pod *corev1.Pod, err error) {
 		c.onVerify(result)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if p, ok := c.pods[ch.uid]; !ok || p != ch.state {
 		return
 	}
@@ -98,6 +98,7 @@ func (c *Cache) settle(ch check, pod *corev1.Pod, err error) {
 	case VerifyReleased:
 		c.log.Warn("charge released: the API server shows the pod "+reason, fields...)
 		c.removeLocked(p)
+		c.freed = true
 		return
 	case VerifyBound:
 		// Our bind did land: what is unknown now is only why the informer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"sync"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,8 @@ type state struct {
 	// first (pods nominated there).
 	removed map[string][]preempt.Holder
 	added   map[string][]nominated
+	// scores are Filter's placements scored, for Score; shared by clones.
+	scores *nodeScores
 	// assumed is set by Reserve; bindStarted once Bind sent the Binding,
 	// after which the binder, not Unreserve, settles the charge.
 	assumed     *cache.Assumption
@@ -41,6 +44,27 @@ func (s *state) Clone() fwk.StateData {
 	c.removed = maps.Clone(s.removed)
 	c.added = maps.Clone(s.added)
 	return &c
+}
+
+// nodeScores are, by node, what the placement Filter found scores
+// (allocator.ScorePlaced): Score reads them instead of placing the pod again
+// on a second read of the cache. Filter runs on many nodes at once.
+type nodeScores struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (n *nodeScores) set(node string, score int64) {
+	n.mu.Lock()
+	n.m[node] = score
+	n.mu.Unlock()
+}
+
+func (n *nodeScores) get(node string) (int64, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	v, ok := n.m[node]
+	return v, ok
 }
 
 // nominated is a pod AddPod put on a node that holds nothing there yet.
@@ -74,7 +98,8 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if req.Units == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	cs.Write(stateKey, &state{record: rec, req: req, removed: map[string][]preempt.Holder{}, added: map[string][]nominated{}})
+	cs.Write(stateKey, &state{record: rec, req: req, removed: map[string][]preempt.Holder{}, added: map[string][]nominated{},
+		scores: &nodeScores{m: map[string]int64{}}})
 	return nil, nil
 }
 
@@ -183,29 +208,49 @@ func withPlaced(n *allocator.Node, r allocator.Request, policy allocator.Policy)
 // Filter places the pod on the node's GPUs as the extender's filter does,
 // with its reasons: unresolvable when evicting pods cannot help, Pending
 // when only the hold-back rule keeps it off (it fits once an in-flight pod
-// is allocated, so the scheduler retries it on that event without backoff:
-// gpuMemoryFreed).
-func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node fwk.NodeInfo) *fwk.Status {
+// is allocated: the pod is held, and retried when the cache sees that). A
+// fit is scored here, for Score.
+//
+// In the scheduler's pass with pods nominated to the node (on a clone of
+// the state) and the pass without them that follows, both store a score;
+// the last, without them, stands, as the extender scores the cache's nodes.
+func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, node fwk.NodeInfo) *fwk.Status {
 	s := stateOf(cs)
 	if s == nil {
 		return nil
 	}
 	name := node.Node().Name
+	score, unfit, known := p.place(s, node)
+	if known && unfit != nil && unfit.Waiting {
+		p.held.hold(pod)
+		score, unfit, known = p.place(s, node)
+	}
+	switch {
+	case !known:
+		return fwk.NewStatus(fwk.Unschedulable, "node "+name+" is not in the gpushare cache")
+	case unfit == nil:
+		s.scores.set(name, score)
+		return nil
+	case unfit.Unresolvable:
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, unfit.Reason)
+	case unfit.Waiting:
+		return fwk.NewStatus(fwk.Pending, unfit.Reason)
+	}
+	return fwk.NewStatus(fwk.Unschedulable, unfit.Reason)
+}
+
+// place tries the pod on the node as the cycle sees it and scores a fit;
+// known is false for a node the cache does not know.
+func (p *Plugin) place(s *state, node fwk.NodeInfo) (score int64, unfit *allocator.Unfit, known bool) {
 	n := p.view(s, node)
 	if n == nil {
-		return fwk.NewStatus(fwk.Unschedulable, "node "+name+" is not in the gpushare cache")
+		return 0, nil, false
 	}
-	if _, unfit := allocator.Place(n, s.req, p.policy); unfit != nil {
-		code := fwk.Unschedulable
-		switch {
-		case unfit.Unresolvable:
-			code = fwk.UnschedulableAndUnresolvable
-		case unfit.Waiting:
-			code = fwk.Pending
-		}
-		return fwk.NewStatus(code, unfit.Reason)
+	pl, unfit := allocator.Place(n, s.req, p.policy)
+	if unfit != nil {
+		return 0, unfit, true
 	}
-	return nil
+	return allocator.ScorePlaced(n, s.req, pl, p.policy), nil, true
 }
 
 // PreScore skips scoring for pods PreFilter skipped.
@@ -216,17 +261,23 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _
 	return nil
 }
 
-// Score is the extender's prioritize, scaled to the framework's range.
+// Score is the extender's prioritize, scaled to the framework's range: the
+// score of the placement Filter found on the node.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node fwk.NodeInfo) (int64, *fwk.Status) {
 	s := stateOf(cs)
 	if s == nil {
 		return 0, nil
 	}
-	n, ok := p.cache.Node(node.Node().Name)
-	if !ok {
-		return 0, nil
+	name := node.Node().Name
+	score, ok := s.scores.get(name)
+	if !ok { // not filtered in this cycle: place it on the cache's node
+		n, known := p.cache.Node(name)
+		if !known {
+			return 0, nil
+		}
+		score = allocator.Score(n, s.req, p.policy)
 	}
-	return allocator.Score(n, s.req, p.policy) * (fwk.MaxNodeScore / maxExtenderPriority), nil
+	return score * (fwk.MaxNodeScore / maxExtenderPriority), nil
 }
 
 // maxExtenderPriority is allocator.Score's top (the extender API's 10).

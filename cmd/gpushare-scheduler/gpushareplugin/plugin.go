@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpushare/gpushare/extender/allocator"
@@ -70,6 +72,7 @@ type Plugin struct {
 	log    *zap.Logger
 	// nodeInfo reads a node from the scheduler's snapshot of this cycle.
 	nodeInfo func(name string) (fwk.NodeInfo, error)
+	held     *heldPods
 }
 
 var (
@@ -102,8 +105,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// The scheduler's own pod and node informers: one watch of each in the
 	// process, each event decoded once. The cache starts them before the
 	// scheduler does (a factory starts each informer once), to sync here.
+	held := &heldPods{activate: func(pods map[string]*corev1.Pod) { h.Activate(klog.FromContext(ctx), pods) }}
 	c, err := cache.New(cache.Config{Client: h.ClientSet(), Logger: log.Named("cache"), AssumeTTL: args.AssumeTTL.Duration,
-		Shared: h.SharedInformerFactory()})
+		Shared: h.SharedInformerFactory(), OnFreed: held.release})
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +124,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	b := binder.New(binder.Config{Client: h.ClientSet(), Cache: c, Policy: policy, Logger: log.Named("binder"), BindTimeout: args.BindTimeout.Duration})
 	log.Info("GPUShare plugin ready", zap.Stringer("policy", policy))
 	nodeInfo := func(name string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(name) }
-	return &Plugin{cache: c, binder: b, policy: policy, log: log, nodeInfo: nodeInfo}, nil
+	return &Plugin{cache: c, binder: b, policy: policy, log: log, nodeInfo: nodeInfo, held: held}, nil
 }
 
 // decodeArgs reads the plugin's arguments: none, or the JSON (or YAML

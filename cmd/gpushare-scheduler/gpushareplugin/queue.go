@@ -8,16 +8,16 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpushare/gpushare/extender/cache"
-	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
 var _ fwk.EnqueueExtensions = (*Plugin)(nil)
 
 // EventsToRegister names the events after which a pod our Filter turned
-// away may fit: a pod with GPU memory deleted, finished or allocated by the
-// device plugin (gpuMemoryFreed), and a node added or changing its GPUs,
-// health, labels or allocatable. A pod Filter left Pending (held back) is
-// retried at once on those events; one it found without room, after backoff.
+// away may fit: a pod with GPU memory deleted or finished (gpuMemoryFreed),
+// and a node added or changing its GPUs, health, labels or allocatable; the
+// scheduler retries the pod after backoff. A pod Filter held back behind an
+// in-flight pod is retried at once, by the cache, when it sees the wait
+// end (heldPods): the scheduler's copy of that event may come first.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update | fwk.Delete}, QueueingHintFn: gpuMemoryFreed},
@@ -25,10 +25,10 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 	}, nil
 }
 
-// gpuMemoryFreed queues a pod when another pod stops holding GPU memory or
-// stops being in flight: it was deleted, finished, or the device plugin
-// marked it allocated; and when the pod itself changed (its request may now
-// read). Every other pod change leaves our Filter's answer as it was. An
+// gpuMemoryFreed queues a pod when another pod stops holding GPU memory: it
+// was deleted or finished; and when the pod itself changed (its request may
+// now read). Every other pod change, the device plugin's record included,
+// leaves our Filter's answer as it was or is heard through the cache. An
 // object it cannot read queues the pod, to be safe.
 func gpuMemoryFreed(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	older, _ := oldObj.(*corev1.Pod)
@@ -39,11 +39,7 @@ func gpuMemoryFreed(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.Que
 	case newer == nil:
 		return queueIf(cache.RecordOf(older).NamesGPUMem), nil
 	}
-	if !cache.RecordOf(newer).NamesGPUMem {
-		return fwk.QueueSkip, nil
-	}
-	assigned := older.Annotations[gpushare.AnnotationAssigned] != newer.Annotations[gpushare.AnnotationAssigned]
-	return queueIf(assigned || finished(newer) && !finished(older)), nil
+	return queueIf(cache.RecordOf(newer).NamesGPUMem && finished(newer) && !finished(older)), nil
 }
 
 func queueIf(ok bool) fwk.QueueingHint {

@@ -34,7 +34,7 @@ func TestGPUMemoryFreed(t *testing.T) {
 		old, new *corev1.Pod
 		want     fwk.QueueingHint
 	}{
-		{"allocated by the plugin", running, gpuPod("other", 8, "true", corev1.PodRunning), fwk.Queue},
+		{"allocated by the plugin: heard through the cache", running, gpuPod("other", 8, "true", corev1.PodRunning), fwk.QueueSkip},
 		{"finished", running, gpuPod("other", 8, "false", corev1.PodSucceeded), fwk.Queue},
 		{"deleted", running, nil, fwk.Queue},
 		{"the held pod itself changed", held, gpuPod("held", 8, "", corev1.PodPending), fwk.Queue},
