@@ -135,14 +135,14 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 	}
 	// Whole pod on one GPU.
 	best, fitting := -1, false
-	var heldBy string
+	var heldOff gpushare.GPUSet // the last GPU the hold-back rule refused, named only if nothing fits
 	for i, g := range n.GPUs {
 		if !iso.usable(g, n, i) || g.Free() < r.Units {
 			continue
 		}
 		fitting = true
-		if why := blockedOn(cons, r.Containers, gpushare.NewGPUSet(g.Index)); why != "" {
-			heldBy = why
+		if set := gpushare.NewGPUSet(g.Index); !allowedOn(cons, r.Containers, set) {
+			heldOff = set
 			continue
 		}
 		if best < 0 || policy.better(g.Free(), n.GPUs[best].Free()) ||
@@ -155,7 +155,7 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 		return Placement{Home: g.Index, DevUnits: g.Units}, nil
 	}
 	if fitting {
-		return Placement{}, &Unfit{Reason: heldBy, Waiting: true}
+		return Placement{}, &Unfit{Reason: blockedOn(cons, r.Containers, heldOff), Waiting: true}
 	}
 	if r.regular() < 2 {
 		if r.Units > largest {
@@ -164,6 +164,18 @@ func Place(n *Node, r Request, policy Policy) (Placement, *Unfit) {
 		return Placement{}, &Unfit{Reason: ReasonInsufficient}
 	}
 	return split(n, r, policy, cons, largest, usableTotal)
+}
+
+// allowedOn reports whether the hold-back rule lets all of containers go on
+// the GPUs s; blockedOn says why not. Apart, because the reason is formatted
+// only for a pod that fits nowhere else.
+func allowedOn(cons map[uint64]constraint, containers []gpushare.ContainerRequest, s gpushare.GPUSet) bool {
+	for _, c := range containers {
+		if k, ok := cons[c.Units]; ok && !k.allows(s) {
+			return false
+		}
+	}
+	return true
 }
 
 // blockedOn returns why the hold-back rule forbids putting all of
