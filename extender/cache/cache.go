@@ -114,12 +114,31 @@ type nodeState struct {
 	unhealthy []int        // from the unhealthy-gpu ConfigMap
 	pods      map[types.UID]*podState
 	view      *allocator.Node
-	// links is the GPU topology read from linksOf, the node object it was
-	// built from: rebuilt only when the node changes, not with every pod.
-	links   allocator.LinkScores
-	linksOf *corev1.Node
+	// layout is what node said of its GPUs (read by readLayout), decoded
+	// again only when the node object changes, not with every pod.
+	layout   nodeLayout
+	layoutOf *corev1.Node
 	// terminating are the charged pods being deleted, rebuilt with view.
 	terminating []preempt.Holder
+}
+
+// nodeLayout is a node's GPUs, unused and healthy per its own description
+// (a template each snapshot copies), and what snapshots share unchanged.
+type nodeLayout struct {
+	gpus    []allocator.GPU
+	tiers   []allocator.Tier
+	reasons map[int]string
+	links   allocator.LinkScores
+	shares  bool
+}
+
+// readLayout decodes node's description of its GPUs.
+func readLayout(node *corev1.Node, log *zap.Logger) nodeLayout {
+	var l nodeLayout
+	var links []gpushare.GPULink
+	l.gpus, l.tiers, l.reasons, links, l.shares = layout(node, log)
+	l.links = allocator.NewLinkScores(l.gpus, links)
+	return l
 }
 
 // published is what Node and NodeTerminating read, set at one moment.
@@ -726,12 +745,11 @@ func (c *Cache) removeLocked(p *podState) {
 func (c *Cache) rebuildLocked(n *nodeState) {
 	v := &allocator.Node{Name: n.name}
 	if n.node != nil {
-		var links []gpushare.GPULink
-		v.GPUs, v.Tiers, v.IsolationReasons, links, v.GPUShare = layout(n.node, c.log)
-		if n.linksOf != n.node {
-			n.links, n.linksOf = allocator.NewLinkScores(v.GPUs, links), n.node
+		if n.layoutOf != n.node {
+			n.layout, n.layoutOf = readLayout(n.node, c.log), n.node
 		}
-		v.Links = n.links
+		l := n.layout
+		v.GPUs, v.Tiers, v.IsolationReasons, v.Links, v.GPUShare = slices.Clone(l.gpus), l.tiers, l.reasons, l.links, l.shares
 		for _, idx := range n.unhealthy {
 			if i, ok := slices.BinarySearchFunc(v.GPUs, idx, func(g allocator.GPU, t int) int { return g.Index - t }); ok {
 				v.GPUs[i].Healthy = false
