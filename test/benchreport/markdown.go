@@ -187,7 +187,7 @@ func Markdown(res Results, opt Options) string {
 // measured: the rates alone and with it, and their ratio run by run.
 func throughputTable(w *strings.Builder, gs []group, m Machine) {
 	w.WriteString("\n#### Scheduling throughput: the scheduler alone and in each configuration\n\n")
-	w.WriteString("Each run measures the scheduler alone and then each configuration, one after the other on the same cluster; the ratio is taken in each run and its median shown.\n\n")
+	w.WriteString("Each run measures the configurations one after the other on the same cluster (the plugin between two rounds of the scheduler alone, since 2 December 2026); the ratio is taken in each run and its median shown.\n\n")
 	w.WriteString("| benchmark | configuration | scheduler alone (pods/s) | with it (pods/s) | ratio to alone | ratio of each run | runs | machine | command |\n")
 	w.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range gs {
