@@ -48,19 +48,7 @@ func benchPlugin(b testing.TB, nodes int) (*Plugin, []fwk.NodeInfo) {
 		}
 		infos[i] = info
 	}
-	c, err := cache.New(cache.Config{Client: fake.NewClientset(objs...), Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	b.Cleanup(func() { cancel(); <-done })
-	sctx, scancel := context.WithTimeout(ctx, time.Minute)
-	defer scancel()
-	if !c.WaitForSync(sctx) {
-		b.Fatal("the cache did not sync")
-	}
+	c := syncedCache(b, cache.Config{Client: fake.NewClientset(objs...)})
 	return &Plugin{cache: c, policy: allocator.BestFit, log: zap.NewNop(), held: &heldPods{activate: func(map[string]*corev1.Pod) {}}}, infos
 }
 

@@ -147,7 +147,7 @@ func gpuNode(name string, gpus int64) *corev1.Node {
 }
 
 // syncedCache runs a cache of cfg until the test ends and returns it synced.
-func syncedCache(t *testing.T, cfg cache.Config) *cache.Cache {
+func syncedCache(t testing.TB, cfg cache.Config) *cache.Cache {
 	t.Helper()
 	cfg.Logger = zaptest.NewLogger(t)
 	c, err := cache.New(cfg)
