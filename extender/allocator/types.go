@@ -3,6 +3,7 @@ package allocator
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -312,4 +313,30 @@ func Slots(r Request, p Placement) []Slot {
 		out = append(out, Slot{Units: c.Units, GPUs: p.SetOf(c)})
 	}
 	return out
+}
+
+// Key is equal for two requests exactly when Place treats them alike: every
+// field but the pod's name, which only reasons quote. A caller keeps a fit it
+// computed under this key, with the node snapshot it placed on, for the next
+// pod that asks alike (the scheduler plugin's Filter, for a burst of replicas).
+func (r Request) Key() string {
+	b := make([]byte, 0, 16+12*len(r.Containers))
+	b = append(b, r.Isolation.need, r.Isolation.percent)
+	b = strconv.AppendInt(b, int64(r.GPUs.Count), 10)
+	b = strconv.AppendBool(b, r.GPUs.LinksRequired)
+	for _, c := range r.Containers {
+		b = append(b, '|')
+		b = strconv.AppendInt(b, int64(c.Index), 10)
+		b = append(b, ',')
+		b = strconv.AppendBool(b, c.Init)
+		b = append(b, ',')
+		b = strconv.AppendBool(b, c.Sidecar)
+		b = append(b, ',')
+		b = strconv.AppendUint(b, c.Units, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(len(c.Name)), 10)
+		b = append(b, ':')
+		b = append(b, c.Name...)
+	}
+	return string(b)
 }

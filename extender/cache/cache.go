@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -96,8 +97,8 @@ type Cache struct {
 	// freed is set under mu by a change OnFreed must hear of; unlock tells it.
 	freed bool
 	nodes map[string]*nodeState
-	// published holds, by name, each known node's snapshot and terminating
-	// pods (*published), replaced whole under mu and read without it: a
+	// published holds, by name, each known node's *Published, replaced
+	// whole under mu and read without it: a
 	// scheduler plugin's Filter reads one node per call on sixteen
 	// goroutines, where a shared read lock costs more than the placement.
 	published sync.Map
@@ -141,10 +142,39 @@ func readLayout(node *corev1.Node, log *zap.Logger) nodeLayout {
 	return l
 }
 
-// published is what Node and NodeTerminating read, set at one moment.
-type published struct {
-	view        *allocator.Node
-	terminating []preempt.Holder
+// Published is one node as the cache published it at one moment. View and
+// Terminating never change once published. A reader may remember on it a fit
+// it computed from View alone (RememberFit); a change to the node publishes a
+// new Published, which remembers nothing.
+type Published struct {
+	View *allocator.Node
+	// Terminating are the charged pods there being deleted (nil when none).
+	Terminating []preempt.Holder
+	fit         atomic.Pointer[rememberedFit]
+}
+
+// rememberedFit is a request key that fits a Published view, and its score.
+type rememberedFit struct {
+	key   string
+	score int64
+}
+
+// Fit returns the score remembered for a request of key on s; ok is false
+// when none is, or the last remembered was for another key.
+func (s *Published) Fit(key string) (score int64, ok bool) {
+	f := s.fit.Load()
+	if f == nil || f.key != key {
+		return 0, false
+	}
+	return f.score, true
+}
+
+// RememberFit keeps that a request of key fits s with score: the scheduler
+// plugin's Filter places each pod on hundreds of nodes, most unchanged since
+// the last pod, which asked alike in a burst of replicas. The last key
+// remembered stands.
+func (s *Published) RememberFit(key string, score int64) {
+	s.fit.Store(&rememberedFit{key: key, score: score})
 }
 
 // podState is one charged (or assumed) pod.
@@ -313,11 +343,11 @@ func (c *Cache) Pod(namespace, name string) (*PodRecord, bool) {
 // Node returns the snapshot of one node; ok is false for a node the cache
 // has never seen or that was deleted.
 func (c *Cache) Node(name string) (*allocator.Node, bool) {
-	v, ok := c.published.Load(name)
+	p, ok := c.Published(name)
 	if !ok {
 		return nil, false
 	}
-	return v.(*published).view, true
+	return p.View, true
 }
 
 // Nodes returns the snapshots of names, nil for unknown nodes, under one read
@@ -352,15 +382,14 @@ func (c *Cache) Holders(name string) (*allocator.Node, []preempt.Holder, bool) {
 	return n.view, out, true
 }
 
-// NodeTerminating returns the snapshot of one node with the charged pods
-// there that are being deleted (nil when none), read at one moment.
-func (c *Cache) NodeTerminating(name string) (*allocator.Node, []preempt.Holder, bool) {
+// Published returns node name as last published; ok is false for a node the
+// cache has never seen or that was deleted.
+func (c *Cache) Published(name string) (*Published, bool) {
 	v, ok := c.published.Load(name)
 	if !ok {
-		return nil, nil, false
+		return nil, false
 	}
-	p := v.(*published)
-	return p.view, p.terminating, true
+	return v.(*Published), true
 }
 
 // holderOf is p as preemption weighs it.
@@ -785,7 +814,7 @@ func (c *Cache) publishLocked(n *nodeState) {
 		c.published.Delete(n.name)
 		return
 	}
-	c.published.Store(n.name, &published{view: n.view, terminating: n.terminating})
+	c.published.Store(n.name, &Published{View: n.view, Terminating: n.terminating})
 }
 
 // layout returns a node's GPUs, healthy per the node annotation or all

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -24,12 +25,17 @@ const stateKey fwk.StateKey = Name
 type state struct {
 	record *cache.PodRecord
 	req    allocator.Request
+	// key is req's allocator.Request.Key under the plugin's policy: a fit
+	// remembered under it on a node's published view is this pod's fit too.
+	key string
 	// removed and added are, by node, the pods RemovePod took off (victims
 	// under evaluation) and the pods AddPod put on that were not taken off
 	// first (pods nominated there).
 	removed map[string][]preempt.Holder
 	added   map[string][]nominated
-	// scores are Filter's placements scored, for Score; shared by clones.
+	// scores are Filter's placements scored on views the cycle changed (a
+	// what-if, or deleted pods left off), for Score; shared by clones. A fit
+	// on a node's published view is remembered there instead.
 	scores *nodeScores
 	// assumed is set by Reserve; bindStarted once Bind sent the Binding,
 	// after which the binder, not Unreserve, settles the charge.
@@ -50,13 +56,27 @@ func (s *state) Clone() fwk.StateData {
 // (allocator.ScorePlaced): Score reads them instead of placing the pod again
 // on a second read of the cache. Filter runs on many nodes at once.
 type nodeScores struct {
-	mu sync.Mutex
-	m  map[string]int64
+	mu   sync.Mutex
+	m    map[string]int64
+	size atomic.Int32 // len(m), read without mu
 }
 
 func (n *nodeScores) set(node string, score int64) {
 	n.mu.Lock()
 	n.m[node] = score
+	n.size.Store(int32(len(n.m)))
+	n.mu.Unlock()
+}
+
+// drop forgets node's score, if any: a later pass placed the pod on the
+// node's published view and remembered the fit there.
+func (n *nodeScores) drop(node string) {
+	if n.size.Load() == 0 {
+		return
+	}
+	n.mu.Lock()
+	delete(n.m, node)
+	n.size.Store(int32(len(n.m)))
 	n.mu.Unlock()
 }
 
@@ -98,7 +118,8 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if req.Units == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	cs.Write(stateKey, &state{record: rec, req: req, removed: map[string][]preempt.Holder{}, added: map[string][]nominated{},
+	key := p.policy.String() + "/" + req.Key()
+	cs.Write(stateKey, &state{record: rec, req: req, key: key, removed: map[string][]preempt.Holder{}, added: map[string][]nominated{},
 		scores: &nodeScores{m: map[string]int64{}}})
 	return nil, nil
 }
@@ -151,8 +172,8 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 	return nil
 }
 
-// view is the node as the cycle sees it: the cache's snapshot with the
-// what-if applied; nil for a node the cache does not know.
+// view is the node as the cycle sees it: the cache's published view with the
+// what-if applied (pub.View itself when nothing applies).
 //
 // Pods the cache holds as terminating that the scheduler no longer lists are
 // off it (deleted: the scheduler's watch was first). Counted, they made the
@@ -161,15 +182,12 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 // (RemovePod ran for this node) every terminating pod is off too: its
 // memory is on its way back. Otherwise the cache's charges stand, whatever
 // the scheduler lists: only they prevent over-commit.
-func (p *Plugin) view(s *state, node fwk.NodeInfo) *allocator.Node {
+func (p *Plugin) view(s *state, node fwk.NodeInfo, pub *cache.Published) *allocator.Node {
 	name := node.Node().Name
-	n, terminating, ok := p.cache.NodeTerminating(name)
-	if !ok {
-		return nil
-	}
+	n := pub.View
 	victims := s.removed[name]
 	off := slices.Clone(victims)
-	for _, h := range terminating {
+	for _, h := range pub.Terminating {
 		if (len(victims) > 0 || !listedOn(node, h.UID)) && !slices.ContainsFunc(victims, func(v preempt.Holder) bool { return v.UID == h.UID }) {
 			off = append(off, h)
 		}
@@ -220,16 +238,15 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		return nil
 	}
 	name := node.Node().Name
-	score, unfit, known := p.place(s, node)
+	unfit, known := p.place(s, node)
 	if known && unfit != nil && unfit.Waiting {
 		p.held.hold(pod)
-		score, unfit, known = p.place(s, node)
+		unfit, known = p.place(s, node)
 	}
 	switch {
 	case !known:
 		return fwk.NewStatus(fwk.Unschedulable, "node "+name+" is not in the gpushare cache")
 	case unfit == nil:
-		s.scores.set(name, score)
 		return nil
 	case unfit.Unresolvable:
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, unfit.Reason)
@@ -239,18 +256,36 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	return fwk.NewStatus(fwk.Unschedulable, unfit.Reason)
 }
 
-// place tries the pod on the node as the cycle sees it and scores a fit;
-// known is false for a node the cache does not know.
-func (p *Plugin) place(s *state, node fwk.NodeInfo) (score int64, unfit *allocator.Unfit, known bool) {
-	n := p.view(s, node)
-	if n == nil {
-		return 0, nil, false
+// place tries the pod on the node as the cycle sees it and keeps a fit's
+// score for Score: remembered on the node's published view when the cycle
+// changed nothing of it (where a fit remembered for the same key is the
+// answer), else in the cycle's scores. known is false for a node the cache
+// does not know.
+func (p *Plugin) place(s *state, node fwk.NodeInfo) (unfit *allocator.Unfit, known bool) {
+	name := node.Node().Name
+	pub, known := p.cache.Published(name)
+	if !known {
+		return nil, false
+	}
+	n := p.view(s, node, pub)
+	published := n == pub.View
+	if published {
+		s.scores.drop(name)
+		if _, ok := pub.Fit(s.key); ok {
+			return nil, true
+		}
 	}
 	pl, unfit := allocator.Place(n, s.req, p.policy)
 	if unfit != nil {
-		return 0, unfit, true
+		return unfit, true
 	}
-	return allocator.ScorePlaced(n, s.req, pl, p.policy), nil, true
+	score := allocator.ScorePlaced(n, s.req, pl, p.policy)
+	if published {
+		pub.RememberFit(s.key, score)
+	} else {
+		s.scores.set(name, score)
+	}
+	return nil, true
 }
 
 // PreScore skips scoring for pods PreFilter skipped.
@@ -262,7 +297,7 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _
 }
 
 // Score is the extender's prioritize, scaled to the framework's range: the
-// score of the placement Filter found on the node.
+// score of the placement Filter found on the node, kept by place.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node fwk.NodeInfo) (int64, *fwk.Status) {
 	s := stateOf(cs)
 	if s == nil {
@@ -270,12 +305,16 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node
 	}
 	name := node.Node().Name
 	score, ok := s.scores.get(name)
-	if !ok { // not filtered in this cycle: place it on the cache's node
-		n, known := p.cache.Node(name)
+	if !ok {
+		pub, known := p.cache.Published(name)
 		if !known {
 			return 0, nil
 		}
-		score = allocator.Score(n, s.req, p.policy)
+		// Remembered by Filter, unless the node changed since: then the
+		// pod is placed on the cache's node as it is now.
+		if score, ok = pub.Fit(s.key); !ok {
+			score = allocator.Score(pub.View, s.req, p.policy)
+		}
 	}
 	return score * (fwk.MaxNodeScore / maxExtenderPriority), nil
 }
@@ -336,8 +375,8 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, _ *corev1.Pod, nod
 // releaseDeleted releases, in the cache, the terminating pods on node that
 // the scheduler's snapshot no longer lists.
 func (p *Plugin) releaseDeleted(node string) {
-	_, terminating, ok := p.cache.NodeTerminating(node)
-	if !ok || len(terminating) == 0 {
+	pub, ok := p.cache.Published(node)
+	if !ok || len(pub.Terminating) == 0 {
 		return
 	}
 	info, err := p.nodeInfo(node)
@@ -345,7 +384,7 @@ func (p *Plugin) releaseDeleted(node string) {
 		return
 	}
 	var deleted []string
-	for _, h := range terminating {
+	for _, h := range pub.Terminating {
 		if !listedOn(info, h.UID) {
 			deleted = append(deleted, h.UID)
 		}
