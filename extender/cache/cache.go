@@ -97,11 +97,11 @@ type Cache struct {
 	// freed is set under mu by a change OnFreed must hear of; unlock tells it.
 	freed bool
 	nodes map[string]*nodeState
-	// published holds, by name, each known node's *Published, replaced
-	// whole under mu and read without it: a
-	// scheduler plugin's Filter reads one node per call on sixteen
-	// goroutines, where a shared read lock costs more than the placement.
-	published sync.Map
+	// published holds each known node's *Published, replaced whole under
+	// mu and read without it: a scheduler plugin's Filter reads one node per
+	// call on sixteen goroutines, where a shared read lock costs more than
+	// the placement.
+	published publishedNodes
 	pods      map[types.UID]*podState
 	// released are pods Release dropped before this cache's informer
 	// delivered their deletion: their late updates are ignored until it does.
@@ -385,11 +385,7 @@ func (c *Cache) Holders(name string) (*allocator.Node, []preempt.Holder, bool) {
 // Published returns node name as last published; ok is false for a node the
 // cache has never seen or that was deleted.
 func (c *Cache) Published(name string) (*Published, bool) {
-	v, ok := c.published.Load(name)
-	if !ok {
-		return nil, false
-	}
-	return v.(*Published), true
+	return c.published.load(name)
 }
 
 // holderOf is p as preemption weighs it.
@@ -811,10 +807,10 @@ func (c *Cache) rebuildLocked(n *nodeState) {
 // node not (or no longer) seen.
 func (c *Cache) publishLocked(n *nodeState) {
 	if n.node == nil {
-		c.published.Delete(n.name)
+		c.published.store(n.name, nil)
 		return
 	}
-	c.published.Store(n.name, &Published{View: n.view, Terminating: n.terminating})
+	c.published.store(n.name, &Published{View: n.view, Terminating: n.terminating})
 }
 
 // layout returns a node's GPUs, healthy per the node annotation or all

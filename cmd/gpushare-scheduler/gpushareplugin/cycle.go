@@ -81,6 +81,9 @@ func (n *nodeScores) drop(node string) {
 }
 
 func (n *nodeScores) get(node string) (int64, bool) {
+	if n.size.Load() == 0 { // the common case: every fit was remembered on its node
+		return 0, false
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	v, ok := n.m[node]
