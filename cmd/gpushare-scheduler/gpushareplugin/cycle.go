@@ -121,10 +121,15 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if req.Units == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	key := p.policy.String() + "/" + req.Key()
-	cs.Write(stateKey, &state{record: rec, req: req, key: key, removed: map[string][]preempt.Holder{}, added: map[string][]nominated{},
+	cs.Write(stateKey, &state{record: rec, req: req, key: fitKey(p.policy, req), removed: map[string][]preempt.Holder{}, added: map[string][]nominated{},
 		scores: &nodeScores{m: map[string]int64{}}})
 	return nil, nil
+}
+
+// fitKey is what a fit of req under policy is remembered by on a node's
+// published view (cache.Published.RememberFit).
+func fitKey(policy allocator.Policy, req allocator.Request) string {
+	return policy.String() + "/" + req.Key()
 }
 
 // PreFilterExtensions lets preemption's what-ifs reach Filter.

@@ -35,7 +35,7 @@ func TestRememberedFitFollowsTheNode(t *testing.T) {
 		t.Fatalf("first replica on an empty GPU: %v", s)
 	}
 	pub, _ := c.Published("n1")
-	key := p.policy.String() + "/" + mustRequest(t, first).Key()
+	key := fitKey(p.policy, mustRequest(t, first))
 	if _, ok := pub.Fit(key); !ok {
 		t.Fatal("Filter's fit is not remembered on the node's published view: the test proves nothing")
 	}

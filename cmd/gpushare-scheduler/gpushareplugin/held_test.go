@@ -112,10 +112,7 @@ func TestScoreIsPrioritize(t *testing.T) {
 			if _, st := p.PreFilter(ctx, cs, pod, infos); !st.IsSuccess() {
 				t.Fatal(st.AsError())
 			}
-			req, err := cache.RecordOf(pod).Request()
-			if err != nil {
-				t.Fatal(err)
-			}
+			req := mustRequest(t, pod)
 			scores := map[int64]int{}
 			for _, info := range infos {
 				if st := p.Filter(ctx, cs, pod, info); !st.IsSuccess() {
