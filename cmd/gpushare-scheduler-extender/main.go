@@ -24,6 +24,7 @@ import (
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/app"
 	"github.com/gpushare/gpushare/extender/binder"
+	"github.com/gpushare/gpushare/extender/cache"
 	"github.com/gpushare/gpushare/extender/server"
 )
 
@@ -40,22 +41,23 @@ func main() {
 
 // options are the command's flags.
 type options struct {
-	listen      string
-	logLevel    zapcore.Level
-	policy      allocator.Policy
-	kubeconfig  string
-	qps         float64
-	burst       int
-	assumeTTL   time.Duration
-	bindTimeout time.Duration
-	maxBody     int64
-	gpuMetrics  server.GPUMetrics
-	election    election
-	tlsCert     string
-	tlsKey      string
-	clientCA    string
-	clientNames string
-	debug       string
+	listen         string
+	logLevel       zapcore.Level
+	policy         allocator.Policy
+	kubeconfig     string
+	qps            float64
+	burst          int
+	assumeTTL      time.Duration
+	bindTimeout    time.Duration
+	requestTimeout time.Duration
+	maxBody        int64
+	gpuMetrics     server.GPUMetrics
+	election       election
+	tlsCert        string
+	tlsKey         string
+	clientCA       string
+	clientNames    string
+	debug          string
 }
 
 // election holds the leader-election flags, named as Kubernetes components name theirs.
@@ -86,7 +88,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
 	fs.Float64Var(&o.qps, "kube-api-qps", 500, "API client queries per second; each bind costs one call (a Binding)")
 	fs.IntVar(&o.burst, "kube-api-burst", 1000, "API client burst")
-	fs.DurationVar(&o.assumeTTL, "assume-ttl", 30*time.Second, "how long a bound pod's charge may wait for the informer before the extender asks the API server whether the pod still holds it; never releases memory by itself")
+	fs.DurationVar(&o.assumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long a bound pod's charge may wait for the informer before the extender asks the API server whether the pod still holds it; never releases memory by itself. Keep it above -apiserver-request-timeout plus 15s: a Binding without a clear answer may be committed until then, and a first GET before it cannot settle its charge")
+	fs.DurationVar(&o.requestTimeout, "apiserver-request-timeout", cache.DefaultAPIServerRequestTimeout, "the API server's --request-timeout: after a Binding got no clear answer (a 504, another 5xx, a timeout, a cut connection) the API server may still commit it until then, so a read showing the pod unbound releases its charge only once this plus 15s has passed")
 	fs.DurationVar(&o.bindTimeout, "bind-timeout", binder.DefaultBindTimeout, "deadline of one Binding, which the scheduler giving up does not cut short; keep it plus 5s under the scheduler's extender httpTimeout")
 	fs.Int64Var(&o.maxBody, "max-body-bytes", server.DefaultMaxBodyBytes, "largest filter or prioritize request body accepted")
 	fs.Var(&o.gpuMetrics, "gpu-metrics", "how finely /metrics reports GPU memory beside the cluster totals: gpu (the default; 3 series per GPU), node (3 per node) or none")
@@ -114,8 +117,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	if o.qps <= 0 || o.burst <= 0 {
 		return o, errors.New("-kube-api-qps and -kube-api-burst must be positive")
 	}
-	if o.assumeTTL <= 0 || o.bindTimeout <= 0 {
-		return o, errors.New("-assume-ttl and -bind-timeout must be positive")
+	if o.assumeTTL <= 0 || o.bindTimeout <= 0 || o.requestTimeout <= 0 {
+		return o, errors.New("-assume-ttl, -bind-timeout and -apiserver-request-timeout must be positive")
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return o, errors.New("-tls-cert-file and -tls-private-key-file go together: set both or neither")
@@ -198,6 +201,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	appCfg := app.Config{
 		Client: client, Logger: log, Policy: o.policy, AssumeTTL: o.assumeTTL, BindTimeout: o.bindTimeout,
+		WriteHorizon: o.requestTimeout + cache.WriteMargin,
 		MaxBodyBytes: o.maxBody, GPUMetrics: o.gpuMetrics, Version: version(), TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey,
 		TLSClientCAFile: o.clientCA, TLSClientNames: splitNames(o.clientNames),
 	}

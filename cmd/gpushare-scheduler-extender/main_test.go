@@ -28,13 +28,13 @@ func TestParse(t *testing.T) {
 	if err != nil || o.listen != "127.0.0.1:1" || o.logLevel != zapcore.WarnLevel || o.policy != allocator.Spread {
 		t.Fatalf("flags = %+v, %v", o, err)
 	}
-	if o.assumeTTL != 30*time.Second || o.bindTimeout != 10*time.Second {
+	if o.assumeTTL != 90*time.Second || o.bindTimeout != 10*time.Second || o.requestTimeout != 60*time.Second {
 		t.Fatalf("timing defaults = %+v", o)
 	}
 	if o, err := parse([]string{"-bind-timeout=20s", "-assume-ttl=1m"}, env(nil), io.Discard); err != nil || o.bindTimeout != 20*time.Second || o.assumeTTL != time.Minute {
 		t.Fatalf("timing flags = %+v, %v", o, err)
 	}
-	for _, bad := range [][]string{{"-policy=random"}, {"-kube-api-qps=0"}, {"extra"}, {"-bind-timeout=0"}, {"-assume-ttl=-1s"}} {
+	for _, bad := range [][]string{{"-policy=random"}, {"-kube-api-qps=0"}, {"extra"}, {"-bind-timeout=0"}, {"-assume-ttl=-1s"}, {"-apiserver-request-timeout=0"}} {
 		if _, err := parse(bad, env(nil), io.Discard); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
 		}

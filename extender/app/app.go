@@ -33,6 +33,7 @@ type Config struct {
 	Logger       *zap.Logger
 	Policy       allocator.Policy
 	AssumeTTL    time.Duration // zero: the cache's default
+	WriteHorizon time.Duration // zero: the cache's default (cache.Config.WriteHorizon)
 	BindTimeout  time.Duration // zero: the binder's default
 	MaxBodyBytes int64         // zero: the server's default
 	GPUMetrics   server.GPUMetrics
@@ -113,7 +114,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	c, err := cache.New(cache.Config{Client: cfg.Client, Logger: log.Named("cache"), AssumeTTL: cfg.AssumeTTL, OnVerify: consistency.Verification})
+	c, err := cache.New(cache.Config{Client: cfg.Client, Logger: log.Named("cache"), AssumeTTL: cfg.AssumeTTL, WriteHorizon: cfg.WriteHorizon, OnVerify: consistency.Verification})
 	if err != nil {
 		return err
 	}

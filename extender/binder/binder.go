@@ -81,9 +81,15 @@ const (
 	// AmbiguousBound: the GET shows the pod bound to the node with its
 	// assignment; the charge stays and the bind succeeds.
 	AmbiguousBound = "bound"
-	// AmbiguousReleased: the GET shows the pod unbound, gone, replaced or
-	// bound elsewhere; the charge is dropped and the bind fails.
+	// AmbiguousReleased: the GET shows the pod gone, replaced or bound
+	// elsewhere, none of which a late commit of the Binding can undo; the
+	// charge is dropped and the bind fails.
 	AmbiguousReleased = "released"
+	// AmbiguousPending: the GET shows the pod unbound, but the Binding may
+	// still be committed; the charge stays, unverified, until the informer
+	// shows the pod or a read after the write horizon settles it, and the
+	// bind fails.
+	AmbiguousPending = "pending"
 	// AmbiguousUnknown: the GET failed too; the charge stays (the cache
 	// verifies it later) and the bind fails.
 	AmbiguousUnknown = "unknown"
@@ -230,9 +236,11 @@ func (b *Binder) bindNoGPU(ctx context.Context, pod *cache.PodRecord, args exten
 }
 
 // resolve decides an assumed pod's charge after a Binding that got no
-// definite answer: it may have been committed before the answer was lost.
-// The API server is asked; only what it shows decides, and when it cannot be
-// asked the charge stays, since the pod may be running on the memory.
+// definite answer: it may have been committed before the answer was lost,
+// or be committed still. The API server is asked; only what it shows
+// decides, and an unbound pod is no answer yet: the charge stays, as it
+// does when the API server cannot be asked, since the pod may be running on
+// the memory.
 func (b *Binder) resolve(ctx context.Context, pod *cache.PodRecord, args extenderv1.ExtenderBindingArgs, bindErr error) error {
 	key := pod.Namespace + "/" + pod.Name
 	live, gerr := b.readBack(ctx, pod)
@@ -246,6 +254,13 @@ func (b *Binder) resolve(ctx context.Context, pod *cache.PodRecord, args extende
 		b.cfg.OnAmbiguous(AmbiguousReleased)
 		b.cfg.Cache.Forget(pod.UID)
 		return bindErr
+	case bindPending:
+		b.cfg.OnAmbiguous(AmbiguousPending)
+		b.cfg.Cache.BindOutcomeUnknown(pod.UID)
+		until := b.cfg.Cache.LandBy(pod.UID)
+		b.log.Warn("bind answer unclear and the pod not bound yet: charge kept while the Binding may still be committed",
+			zap.String("pod", key), zap.String("node", args.Node), zap.Time("until", until), zap.Error(bindErr))
+		return fmt.Errorf("%w (the pod is not bound yet, but the Binding may still be committed: its charge is kept until %s)", bindErr, until.Format(time.RFC3339))
 	}
 	b.cfg.OnAmbiguous(AmbiguousUnknown)
 	b.log.Warn("bind outcome unknown: charge kept until the API server shows the pod", zap.String("pod", key), zap.String("node", args.Node),
@@ -257,21 +272,28 @@ func (b *Binder) resolve(ctx context.Context, pod *cache.PodRecord, args extende
 // retried answers a bind for a pod already charged on the same node. A bind
 // that succeeded, or a pod listed at takeover, is the same bind: success. A
 // charge from a bind whose outcome is unknown is checked with the API server
-// first, so the scheduler is never told a pod is bound when it is not.
+// first, so the scheduler is never told a pod is bound when it is not; it is
+// dropped only when no earlier Binding can still land (Cache.ForgetUnbound).
 func (b *Binder) retried(ctx context.Context, pod *cache.PodRecord, args extenderv1.ExtenderBindingArgs, bound *cache.BoundError) error {
 	if !bound.Unverified {
 		return nil
 	}
+	readAt := b.cfg.Cache.Now()
 	live, gerr := b.readBack(ctx, pod)
 	switch outcome(pod.UID, args.Node, live, gerr) {
 	case bindLanded:
 		b.cfg.Cache.FinishBinding(pod.UID)
 		return nil
 	case bindMissing:
-		// The earlier Binding did not land: drop its charge; the scheduler's
-		// next try binds afresh.
 		b.cfg.Cache.Forget(pod.UID)
 		return fmt.Errorf("an earlier bind of pod %s to node %s did not land; retry", bound.Pod, args.Node)
+	case bindPending:
+		if b.cfg.Cache.ForgetUnbound(pod.UID, readAt) {
+			// The scheduler's next try binds afresh.
+			return fmt.Errorf("an earlier bind of pod %s to node %s did not land; retry", bound.Pod, args.Node)
+		}
+		return fmt.Errorf("an earlier Binding of pod %s to node %s may still be committed: its charge is kept until %s",
+			bound.Pod, args.Node, b.cfg.Cache.LandBy(pod.UID).Format(time.RFC3339))
 	}
 	return fmt.Errorf("the outcome of an earlier bind of pod %s to node %s is still unknown (%v); its charge is kept", bound.Pod, args.Node, gerr)
 }
@@ -289,7 +311,8 @@ func (b *Binder) readBack(ctx context.Context, pod *cache.PodRecord) (*corev1.Po
 const (
 	bindUnknown = iota // the GET failed
 	bindLanded         // bound to the node, with an assignment
-	bindMissing        // unbound, gone, replaced, or bound elsewhere
+	bindPending        // unbound: the Binding may still be committed
+	bindMissing        // gone, replaced, or bound without it: it never will be
 )
 
 // outcome reads what a GET of the pod says about our Binding of uid to node.
@@ -299,7 +322,11 @@ func outcome(uid types.UID, node string, live *corev1.Pod, err error) int {
 		return bindMissing
 	case err != nil || live == nil:
 		return bindUnknown
-	case live.UID != uid || live.Spec.NodeName != node:
+	case live.UID != uid:
+		return bindMissing
+	case live.Spec.NodeName == "":
+		return bindPending
+	case live.Spec.NodeName != node:
 		return bindMissing
 	}
 	// Bound to node: ours when it carries a readable assignment (the

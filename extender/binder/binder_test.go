@@ -31,6 +31,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/cache"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
@@ -147,7 +148,14 @@ type env struct {
 
 	mu        sync.Mutex
 	ambiguous []string
+	// now is the cache's clock, which decides when a Binding can no longer
+	// be committed (the write horizon); tests move it with step.
+	now time.Time
 }
+
+func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }
+
+func (e *env) step(d time.Duration) { e.mu.Lock(); defer e.mu.Unlock(); e.now = e.now.Add(d) }
 
 // newEnv runs a cache on a fake cluster with node n1 (two 16-unit GPUs) and
 // the pending pods p (10 units) and zero (gpu-mem: 0), and a binder through
@@ -156,12 +164,12 @@ type env struct {
 // what became of a Binding.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, client: fake.NewClientset(gpuNode("n1", 32, 2), gpuPod("p", 10), gpuPod("zero", 0))}
+	e := &env{t: t, client: fake.NewClientset(gpuNode("n1", 32, 2), gpuPod("p", 10), gpuPod("zero", 0)), now: time.Unix(1000, 0)}
 	e.client.PrependReactor("create", "pods", bindingReaction(e.client, true, nil))
 	e.client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
 		return true, watch.NewFake(), nil
 	})
-	c, err := cache.New(cache.Config{Client: e.client, Logger: zaptest.NewLogger(t), AssumeTTL: time.Hour})
+	c, err := cache.New(cache.Config{Client: e.client, Logger: zaptest.NewLogger(t), AssumeTTL: time.Hour, Now: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,8 +334,12 @@ func TestBindLostAnswerAfterCommitKeepsCharge(t *testing.T) {
 }
 
 // The Binding got no answer and the API server shows the pod unbound: the
-// charge goes and the scheduler hears the error.
-func TestBindLostAnswerUnboundReleases(t *testing.T) {
+// Binding may still be committed (an API server goes on with a request after
+// answering 504, etcd after the client gave up), so the charge stays and the
+// scheduler hears the error. A retry before the write horizon finds the
+// charge kept; one after it, with the pod still unbound, drops it, and the
+// next try binds.
+func TestBindLostAnswerUnboundKeepsChargeUntilHorizon(t *testing.T) {
 	for name, bindErr := range ambiguousErrors() {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
@@ -335,13 +347,71 @@ func TestBindLostAnswerUnboundReleases(t *testing.T) {
 			if err := e.bind(context.Background(), "p"); !errors.Is(err, bindErr) {
 				t.Fatalf("Bind = %v, want %v", err, bindErr)
 			}
-			if got := e.charged(); got != 0 {
-				t.Fatalf("%d units charged for an unbound pod", got)
+			if got := e.charged(); got != 10 {
+				t.Fatalf("%d units charged, want 10 kept while the Binding may still be committed", got)
 			}
-			if r := e.resolutions(); len(r) != 1 || r[0] != AmbiguousReleased {
-				t.Fatalf("resolutions %v, want [%s]", r, AmbiguousReleased)
+			if r := e.resolutions(); len(r) != 1 || r[0] != AmbiguousPending {
+				t.Fatalf("resolutions %v, want [%s]", r, AmbiguousPending)
+			}
+			e.step(cache.DefaultWriteHorizon - time.Second)
+			if err := e.bind(context.Background(), "p"); err == nil || e.charged() != 10 {
+				t.Fatalf("retry before the write horizon: %v, %d units charged; want an error and 10 kept", err, e.charged())
+			}
+			e.step(time.Second)
+			if err := e.bind(context.Background(), "p"); err == nil || e.charged() != 0 {
+				t.Fatalf("retry at the write horizon: %v, %d units charged; want an error and the charge dropped", err, e.charged())
+			}
+			e.client.PrependReactor("create", "pods", bindingReaction(e.client, true, nil))
+			if err := e.bind(context.Background(), "p"); err != nil || e.nodeOf("p") != "n1" || e.charged() != 10 {
+				t.Fatalf("bind after the horizon: %v, node %q, %d units", err, e.nodeOf("p"), e.charged())
 			}
 		})
+	}
+}
+
+// The Binding answers 504 and is committed after the binder read the pod
+// back unbound: the late write finds the memory still charged, so no second
+// pod was placed on it meanwhile.
+func TestBindingCommittedAfterReadBack(t *testing.T) {
+	e := newEnv(t)
+	var late *corev1.Binding
+	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		late = a.(k8stesting.CreateAction).GetObject().(*corev1.Binding).DeepCopy()
+		return true, nil, apierrors.NewTimeoutError("request did not complete within 60s", 0)
+	})
+	if err := e.bind(context.Background(), "p"); err == nil {
+		t.Fatal("Bind succeeded on a 504")
+	}
+	if late == nil {
+		t.Fatal("no Binding was sent")
+	}
+	// Pods of 12 and 11 units ask for the node while the write is in flight
+	// (sizes apart, so no hold-back decides): with p's 10 units kept on one
+	// 16-unit GPU, only the first fits (on the other GPU); with p's charge
+	// dropped, both would, one on p's memory.
+	q := gpuPod("q", 12)
+	if _, err := e.cache.Assume(cache.RecordOf(q), "n1", allocator.BestFit); err != nil {
+		t.Fatalf("q does not fit beside p's kept charge: %v", err)
+	}
+	if _, err := e.cache.Assume(cache.RecordOf(gpuPod("r", 11)), "n1", allocator.BestFit); err == nil {
+		t.Fatal("pods of 12 and 11 units fit beside p's 10 units on two 16-unit GPUs: p's charge was dropped while its Binding was in flight")
+	}
+	// The write lands now.
+	if err := commit(e.client, late); err != nil {
+		t.Fatal(err)
+	}
+	if e.nodeOf("p") != "n1" {
+		t.Fatal("the late Binding did not land")
+	}
+	// A retried bind reads it bound and confirms the charge.
+	if err := e.bind(context.Background(), "p"); err != nil {
+		t.Fatalf("retry after the late commit = %v", err)
+	}
+	if got := e.charged(); got != 10 {
+		t.Fatalf("%d units charged on p's GPU, want 10", got)
 	}
 }
 
@@ -426,8 +496,16 @@ func TestBindOutcomeUnknownKeepsCharge(t *testing.T) {
 				}
 				return
 			}
-			// It did not land: the stale charge goes, and the next try binds.
+			// It did not land, but it might still: the charge stays until a
+			// read after the write horizon.
 			if err == nil {
+				t.Fatal("retry succeeded for a pod that is not bound")
+			}
+			if got := e.charged(); got != 10 {
+				t.Fatalf("%d units charged before the write horizon, want 10 kept", got)
+			}
+			e.step(cache.DefaultWriteHorizon)
+			if err := e.bind(context.Background(), "p"); err == nil {
 				t.Fatal("retry succeeded for a pod that is not bound")
 			}
 			if got := e.charged(); got != 0 {

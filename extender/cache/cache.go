@@ -42,10 +42,18 @@ type Config struct {
 	Logger *zap.Logger
 	// AssumeTTL is how long a charge the informer has not confirmed (a pod
 	// whose bind ended, or one a catch-up listed) waits before the cache asks
-	// the API server whether the pod still holds it; zero means 30 seconds.
-	// Time alone never releases a charge: only the informer or a GET showing
-	// the pod deleted, replaced, finished, unbound or bound elsewhere does.
+	// the API server whether the pod still holds it; zero means
+	// DefaultAssumeTTL. Time alone never releases a charge: only the
+	// informer or a GET showing the pod deleted, replaced, finished, unbound
+	// or bound elsewhere does.
 	AssumeTTL time.Duration
+	// WriteHorizon is how long after a Binding was sent the API server may
+	// still commit it, although its client already saw an error or gave up:
+	// the API server's --request-timeout plus a margin for a write already
+	// handed to etcd. A pod whose Binding got no definite answer is not
+	// taken as unbound on a read started before that; zero means
+	// DefaultWriteHorizon.
+	WriteHorizon time.Duration
 	// Verify reads one pod from the API server; nil means a GET through Client.
 	Verify func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	// VerifyBatch caps the GETs of one verification round (one every quarter
@@ -74,11 +82,28 @@ type Config struct {
 	Shared informers.SharedInformerFactory
 }
 
+// Defaults of Config.
+const (
+	// DefaultAPIServerRequestTimeout is kube-apiserver's --request-timeout
+	// default: the longest a request is handled before the API server
+	// answers 504, and goes on handling it.
+	DefaultAPIServerRequestTimeout = 60 * time.Second
+	// WriteMargin is added to the API server's request timeout for a write
+	// etcd received before the request's context ended, and commits after.
+	WriteMargin = 15 * time.Second
+	// DefaultWriteHorizon is WriteHorizon's default.
+	DefaultWriteHorizon = DefaultAPIServerRequestTimeout + WriteMargin
+	// DefaultAssumeTTL is above DefaultWriteHorizon, so the first GET of a
+	// charge whose Binding got no definite answer can already settle it.
+	DefaultAssumeTTL = 90 * time.Second
+)
+
 // Cache is the informer-fed, per-node GPU view. Build it with New, start it
 // with Run. All methods are safe for concurrent use.
 type Cache struct {
 	log           *zap.Logger
 	ttl           time.Duration
+	horizon       time.Duration
 	now           func() time.Time
 	verify        func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	verifyBatch   int
@@ -203,14 +228,19 @@ type podState struct {
 	// has ended, or a listed one, if the informer has not confirmed it by
 	// then; zero while the bind runs (the binder decides) and for confirmed pods.
 	verifyAt time.Time
-	checks   int // verifications that left the charge in place, for the backoff
+	// landBy is, for an unverified pod, when its Binding can no longer be
+	// committed (BindOutcomeUnknown's time plus the write horizon): a read
+	// started before it that shows the pod unbound says nothing.
+	landBy time.Time
+	checks int // verifications that left the charge in place, for the backoff
 }
 
 // New builds a Cache and its informers; nothing runs until Run.
 func New(cfg Config) (*Cache, error) {
 	c := &Cache{
 		log:           cfg.Logger,
-		ttl:           cmp.Or(cfg.AssumeTTL, 30*time.Second),
+		ttl:           cmp.Or(cfg.AssumeTTL, DefaultAssumeTTL),
+		horizon:       cmp.Or(cfg.WriteHorizon, DefaultWriteHorizon),
 		now:           cfg.Now,
 		verify:        cfg.Verify,
 		verifyBatch:   cmp.Or(cfg.VerifyBatch, 20),
@@ -227,8 +257,8 @@ func New(cfg Config) (*Cache, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	if c.ttl < 0 || c.verifyBatch < 0 || c.verifyTimeout < 0 {
-		return nil, fmt.Errorf("cache: negative AssumeTTL %v, VerifyBatch %d or VerifyTimeout %v", c.ttl, c.verifyBatch, c.verifyTimeout)
+	if c.ttl < 0 || c.horizon < 0 || c.verifyBatch < 0 || c.verifyTimeout < 0 {
+		return nil, fmt.Errorf("cache: negative AssumeTTL %v, WriteHorizon %v, VerifyBatch %d or VerifyTimeout %v", c.ttl, c.horizon, c.verifyBatch, c.verifyTimeout)
 	}
 	if c.verify == nil {
 		if cfg.Client == nil {
@@ -338,6 +368,20 @@ func (c *Cache) Pod(namespace, name string) (*PodRecord, bool) {
 		return nil, false
 	}
 	return recordOf(obj)
+}
+
+// stored reports whether the pod informer's store still holds p (its
+// deletion not delivered yet), or cannot tell.
+func (c *Cache) stored(p *podState) bool {
+	obj, ok, err := c.podInformer.GetStore().GetByKey(p.namespace + "/" + p.name)
+	if err != nil {
+		return true
+	}
+	if !ok {
+		return false
+	}
+	r, isPod := recordOf(obj)
+	return !isPod || r.UID == p.uid
 }
 
 // Node returns the snapshot of one node; ok is false for a node the cache
@@ -482,25 +526,69 @@ func (c *Cache) Assume(pod *PodRecord, node string, policy allocator.Policy) (As
 // informer should show the pod bound soon. If it has not within the TTL, the
 // cache asks the API server (it never drops the charge for the delay alone).
 func (c *Cache) FinishBinding(uid types.UID) {
-	c.endBinding(uid, false)
-}
-
-// BindOutcomeUnknown records that the Binding of an assumed pod got no
-// definite answer and the binder could not read the outcome back: the pod
-// may be bound and using the memory, so it stays charged (and a retried bind
-// is told so) until the informer shows it or a GET settles it, TTL from now.
-func (c *Cache) BindOutcomeUnknown(uid types.UID) {
-	c.endBinding(uid, true)
-}
-
-func (c *Cache) endBinding(uid types.UID, unverified bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p, ok := c.pods[uid]; ok && p.assumed {
-		p.unverified = unverified
+		p.unverified, p.landBy, p.checks = false, time.Time{}, 0
 		p.verifyAt = c.now().Add(c.ttl)
-		p.checks = 0
 	}
+}
+
+// BindOutcomeUnknown records that the Binding of an assumed pod got no
+// definite answer: the binder could not read the outcome back, or read the
+// pod unbound while the Binding may still be committed (an API server goes
+// on with a request after answering 504, etcd after its client gave up).
+// The pod may be bound and using the memory, so it stays charged (and a
+// retried bind is told so) until the informer shows it, or a GET settles it:
+// one showing the pod unbound counts only if it started after the write
+// horizon from now (ForgetUnbound, verification).
+func (c *Cache) BindOutcomeUnknown(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pods[uid]; ok && p.assumed {
+		now := c.now()
+		p.unverified, p.landBy, p.checks = true, now.Add(c.horizon), 0
+		p.verifyAt = later(now.Add(c.ttl), p.landBy)
+	}
+}
+
+// Now is the time by the cache's clock, the clock of the write horizon:
+// a caller reading a pod for ForgetUnbound takes it before the read.
+func (c *Cache) Now() time.Time { return c.now() }
+
+// ForgetUnbound drops the charge of an assumed pod whose Binding got no
+// definite answer, on a read of the pod, started at readAt, that showed it
+// unbound: only when readAt is past the write horizon, after which no
+// Binding of it can still be committed. It reports whether it dropped it;
+// before the horizon the charge stays.
+func (c *Cache) ForgetUnbound(uid types.UID, readAt time.Time) bool {
+	c.mu.Lock()
+	defer c.unlock()
+	p, ok := c.pods[uid]
+	if !ok || !p.assumed || readAt.Before(p.landBy) {
+		return false
+	}
+	c.removeLocked(p)
+	c.freed = true
+	return true
+}
+
+// LandBy is when the Binding of an unverified pod can no longer be
+// committed; zero when the pod is not charged as unverified.
+func (c *Cache) LandBy(uid types.UID) time.Time {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if p, ok := c.pods[uid]; ok && p.assumed && p.unverified {
+		return p.landBy
+	}
+	return time.Time{}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Forget drops an assumed pod (its bind definitely failed, or the API server
@@ -584,12 +672,15 @@ func (c *Cache) deletePod(obj any) {
 }
 
 // Release drops, on node, the charges of the given pods that this cache
-// holds as terminating: a caller whose own watch already saw them deleted
-// (kube-scheduler's, in plugin mode) knows their memory is free before this
-// cache's informer delivers the deletion. Charging them until then made the
-// scheduler preempt again for room its first preemption had freed. Pods not
-// terminating here are kept: a deletion is only believed once both watches
-// agree the pod was going. It returns how many pods it released.
+// holds as terminating and whose deletion the pod informer's store already
+// shows (it no longer holds the pod): the store changes before any handler
+// runs, so kube-scheduler's handler (plugin mode, one shared informer) may
+// have seen the deletion while this cache's has not yet. Charging them until
+// then made the scheduler preempt again for room its first preemption had
+// freed. A caller's word alone is no evidence: a pod missing from the
+// scheduler's snapshot may be one bound after it, and a terminating pod
+// still runs its containers through its grace period; such pods are kept.
+// It returns how many pods it released.
 func (c *Cache) Release(node string, uids []string) int {
 	c.mu.Lock()
 	defer c.unlock()
@@ -600,7 +691,7 @@ func (c *Cache) Release(node string, uids []string) int {
 	released := 0
 	for _, uid := range uids {
 		p, ok := n.pods[types.UID(uid)]
-		if !ok || !p.terminating || p.assumed {
+		if !ok || !p.terminating || p.assumed || c.stored(p) {
 			continue
 		}
 		c.released[p.uid] = true

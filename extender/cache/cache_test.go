@@ -522,6 +522,18 @@ func TestReleaseDropsTerminatingUntilDeleted(t *testing.T) {
 	f := start(t, Node("n1", 64, 4, nil), going, Pod("live", "n1", 2, true, 4))
 	pods := f.client.CoreV1().Pods("default")
 	f.waitUsed("n1", 0, 4, 4, 0)
+	// Terminating is not deleted: its containers run through the grace
+	// period, and the informer's store still holds it.
+	if n := f.cache.Release("n1", []string{"uid-going", "uid-live", "uid-unknown"}); n != 0 {
+		t.Fatalf("Release = %d pods; want 0 while the informer still holds going", n)
+	}
+	f.waitUsed("n1", 0, 4, 4, 0)
+	// The store drops a deleted pod before the cache's handler hears of it
+	// (kube-scheduler's handler may run first): that is the evidence.
+	storedGoing, _, _ := f.cache.podInformer.GetStore().GetByKey("default/going")
+	if err := f.cache.podInformer.GetStore().Delete(storedGoing); err != nil {
+		t.Fatal(err)
+	}
 	if n := f.cache.Release("n1", []string{"uid-going", "uid-live", "uid-unknown"}); n != 1 {
 		t.Fatalf("Release = %d pods; want 1 (live is not terminating, unknown is not charged)", n)
 	}

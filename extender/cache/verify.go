@@ -22,7 +22,21 @@ const (
 	VerifyReleased = "released"
 	// VerifyError: the GET failed; the charge stays and is verified again later.
 	VerifyError = "error"
+	// VerifyPending: the API server shows the pod unbound, but a Binding of it
+	// without a definite answer may still be committed; the charge stays until
+	// a GET started after the write horizon.
+	VerifyPending = "pending"
 )
+
+// reasonUnbound is verdict's reason for a pod the API server shows unbound.
+const reasonUnbound = "not bound"
+
+// told reports a verification's result to OnVerify, if set.
+func (c *Cache) told(result string) {
+	if c.onVerify != nil {
+		c.onVerify(result)
+	}
+}
 
 // maxVerifyInterval caps the growing interval between two verifications of
 // one charge, so a pod the informer never shows is looked at again every few
@@ -49,12 +63,13 @@ func (c *Cache) verifyDue(ctx context.Context) {
 			return
 		}
 		gctx, cancel := context.WithTimeout(ctx, c.verifyTimeout)
+		readAt := c.now()
 		pod, err := c.verify(gctx, ch.namespace, ch.name)
 		cancel()
 		if ctx.Err() != nil {
 			return // stopping: a cancelled GET says nothing about the pod
 		}
-		c.settle(ch, pod, err)
+		c.settle(ch, pod, err, readAt)
 	}
 }
 
@@ -80,21 +95,28 @@ func (c *Cache) due() []check {
 	return out
 }
 
-// settle applies what the API server said about ch, unless the charge changed
-// meanwhile (the informer confirmed or removed it, or the binder forgot it).
-func (c *Cache) settle(ch check, pod *corev1.Pod, err error) {
+// settle applies what the API server said, on a GET started at readAt, about
+// ch, unless the charge changed meanwhile (the informer confirmed or removed
+// it, or the binder forgot it).
+func (c *Cache) settle(ch check, pod *corev1.Pod, err error, readAt time.Time) {
 	result, reason := verdict(ch.uid, ch.node, pod, err)
-	if c.onVerify != nil {
-		c.onVerify(result)
-	}
+	defer func() { c.told(result) }() // after the unlock below
 	c.mu.Lock()
 	defer c.unlock()
 	if p, ok := c.pods[ch.uid]; !ok || p != ch.state {
 		return
 	}
 	p := ch.state
+	if result == VerifyReleased && reason == reasonUnbound && readAt.Before(p.landBy) {
+		// Its Binding may still be committed: unbound says nothing yet.
+		result = VerifyPending
+	}
 	fields := []zap.Field{zap.String("pod", p.namespace+"/"+p.name), zap.String("node", p.node), zap.String("charge", p.kind())}
 	switch result {
+	case VerifyPending:
+		c.log.Info("pod not bound yet, but its Binding may still be committed; charge kept", append(fields, zap.Time("until", p.landBy))...)
+		p.verifyAt = p.landBy
+		return
 	case VerifyReleased:
 		c.log.Warn("charge released: the API server shows the pod "+reason, fields...)
 		c.removeLocked(p)
@@ -139,7 +161,7 @@ func verdict(uid types.UID, node string, pod *corev1.Pod, err error) (result, re
 	case finished(pod.Status.Phase):
 		return VerifyReleased, "finished (" + string(pod.Status.Phase) + ")"
 	case pod.Spec.NodeName == "":
-		return VerifyReleased, "not bound"
+		return VerifyReleased, reasonUnbound
 	case pod.Spec.NodeName != node:
 		return VerifyReleased, "bound to node " + pod.Spec.NodeName
 	}

@@ -263,6 +263,57 @@ func TestBindOutcomeUnknown(t *testing.T) {
 	}
 }
 
+// A Binding without a definite answer may still be committed after a read
+// shows its pod unbound (the API server goes on after answering 504, etcd
+// after its client gave up): such a read keeps the charge until one started
+// after the write horizon, by the verifier or by the binder alike.
+func TestUnboundBeforeWriteHorizonKeepsCharge(t *testing.T) {
+	api := newFakeAPI()
+	f := startWith(t, api, Node("n1", 32, 2, nil))
+	pod := Pod("p", "", -1, false, 10)
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); err != nil {
+		t.Fatal(err)
+	}
+	f.cache.BindOutcomeUnknown(pod.UID)
+	landBy := f.cache.LandBy(pod.UID)
+	if want := f.clock.Now().Add(DefaultWriteHorizon); !landBy.Equal(want) {
+		t.Fatalf("LandBy = %v, want %v", landBy, want)
+	}
+	early := landBy.Add(-time.Second)
+	if f.cache.ForgetUnbound(pod.UID, early) {
+		t.Fatal("ForgetUnbound dropped the charge on a read started before the write horizon")
+	}
+	f.waitUsed("n1", 10, 0)
+	f.clock.Step(testTTL)
+	due := f.cache.due()
+	if len(due) != 1 {
+		t.Fatalf("due = %+v", due)
+	}
+	var results []string
+	f.cache.onVerify = func(r string) { results = append(results, r) }
+	f.cache.settle(due[0], Pod("p", "", -1, false, 10), nil, early)
+	f.waitUsed("n1", 10, 0)
+	if len(results) != 1 || results[0] != VerifyPending {
+		t.Fatalf("verification results %v, want [%s]", results, VerifyPending)
+	}
+	if due := f.cache.due(); len(due) != 1 || !due[0].at.Equal(landBy) {
+		t.Fatalf("after a pending verification due = %+v, want the charge due again at %v", due, landBy)
+	}
+	// A read started at the horizon settles it.
+	f.cache.settle(f.cache.due()[0], Pod("p", "", -1, false, 10), nil, landBy)
+	f.waitUsed("n1", 0, 0)
+
+	// ForgetUnbound at the horizon drops a charge too.
+	if _, err := f.cache.Assume(RecordOf(pod), "n1", allocator.BestFit); err != nil {
+		t.Fatal(err)
+	}
+	f.cache.BindOutcomeUnknown(pod.UID)
+	if !f.cache.ForgetUnbound(pod.UID, f.cache.LandBy(pod.UID)) {
+		t.Fatal("ForgetUnbound kept a charge on a read started at the write horizon")
+	}
+	f.waitUsed("n1", 0, 0)
+}
+
 // Listed pods (a takeover's catch-up) are verified like assumed ones.
 func TestVerifyListed(t *testing.T) {
 	api := newFakeAPI()
@@ -329,7 +380,7 @@ func TestSettleIgnoresChangedCharge(t *testing.T) {
 	}
 	// The informer confirms the pod before the GET's answer (deleted) arrives.
 	f.cache.upsertPod(Pod("p", "n1", 0, false, 10))
-	f.cache.settle(due[0], nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"))
+	f.cache.settle(due[0], nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), f.clock.Now())
 	f.waitUsed("n1", 10, 0)
 }
 

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -11,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"path"
@@ -48,16 +51,27 @@ const (
 	// Fault.Delay, then resumes it, or ends it when Fault.Close is set. On a request that is not
 	// a watch it does nothing (the request is forwarded).
 	StallWatch Kind = "stall-watch"
+	// LateCommit answers Fault.Code (504 when zero) at once without forwarding, then forwards
+	// the request to the API server Fault.Delay later, whatever the client does meanwhile: an API
+	// server that answered "request did not complete" and went on with it, or etcd committing a
+	// write its client gave up on.
+	LateCommit Kind = "late-commit"
+	// LateCommitted counts LateCommit requests the API server then answered with a success.
+	LateCommitted Kind = "late-committed"
 	// UpstreamError counts requests the API server did not answer (the proxy answered 502).
 	UpstreamError Kind = "upstream-error"
 )
 
+// lateBodyLimit bounds the body LateCommit keeps for its late forward.
+const lateBodyLimit = 8 << 20
+
 // Fault is one fault and its parameters.
 type Fault struct {
 	Kind Kind
-	// Delay is how long DelayAnswer holds the answer and StallWatch holds the stream.
+	// Delay is how long DelayAnswer holds the answer, StallWatch holds the stream and LateCommit
+	// waits before it forwards the request.
 	Delay time.Duration
-	// Code is ErrorAnswer's status; zero means 503.
+	// Code is ErrorAnswer's status (zero means 503) and LateCommit's (zero means 504).
 	Code int
 	// Close makes StallWatch end the stream when the stall ends instead of resuming it.
 	Close bool
@@ -366,9 +380,13 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer p.handlers.Done()
 	f := p.pick(r)
-	if f.Kind == Reset {
+	switch f.Kind {
+	case Reset:
 		p.count(Reset)
 		resetConn(w)
+		return
+	case LateCommit:
+		p.lateCommit(w, r, f)
 		return
 	}
 	// Every request ends when its client leaves or the proxy closes, whatever it waits for: the
@@ -377,6 +395,32 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	defer context.AfterFunc(p.closing, cancel)()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// lateCommit answers r with f.Code now and forwards it f.Delay later (LateCommit). The late
+// forward runs as a handler of its own, so Close waits for it or cuts it short.
+func (p *FaultProxy) lateCommit(w http.ResponseWriter, r *http.Request, f Fault) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, lateBodyLimit))
+	if err != nil || !p.enter() {
+		resetConn(w)
+		return
+	}
+	p.count(LateCommit)
+	late := r.Clone(context.WithValue(p.closing, faultKey{}, Fault{Kind: Forward}))
+	late.Body, late.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	go func() {
+		defer p.handlers.Done()
+		if p.hold(p.closing, f.Delay) != nil {
+			return
+		}
+		answer := httptest.NewRecorder()
+		p.rp.ServeHTTP(answer, late)
+		if answer.Code < 300 {
+			p.count(LateCommitted)
+		}
+	}()
+	code := cmp.Or(f.Code, http.StatusGatewayTimeout)
+	writeStatus(w, code, fmt.Sprintf("fault proxy: answered %d; the request reaches the API server %v later", code, f.Delay))
 }
 
 // pick returns the fault of the first matching rule that is not spent; Forward when none.
@@ -476,8 +520,11 @@ func (p *FaultProxy) errorHandler(w http.ResponseWriter, r *http.Request, err er
 // writeStatus answers code with a Status body, as the API server does.
 func writeStatus(w http.ResponseWriter, code int, message string) {
 	reason := metav1.StatusReasonInternalError
-	if code == http.StatusServiceUnavailable {
+	switch code {
+	case http.StatusServiceUnavailable:
 		reason = metav1.StatusReasonServiceUnavailable
+	case http.StatusGatewayTimeout:
+		reason = metav1.StatusReasonTimeout
 	}
 	status := metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
@@ -654,7 +701,7 @@ func (s *stream) Close() error {
 func (p *FaultProxy) String() string {
 	counts := p.Counts()
 	parts := make([]string, 0, len(counts))
-	for _, k := range []Kind{Forward, DropAnswer, DelayAnswer, ErrorAnswer, Reset, StallWatch, UpstreamError} {
+	for _, k := range []Kind{Forward, DropAnswer, DelayAnswer, ErrorAnswer, Reset, StallWatch, LateCommit, LateCommitted, UpstreamError} {
 		if n := counts[k]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", k, n))
 		}

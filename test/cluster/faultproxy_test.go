@@ -297,6 +297,38 @@ func TestFaultProxyResetCommitsNothing(t *testing.T) {
 	wantCount(t, b.proxy, Reset, 1)
 }
 
+func TestFaultProxyLateCommit(t *testing.T) {
+	b := startProxyBed(t)
+	const d = 300 * time.Millisecond
+	b.proxy.SetRules(Rule{Match: MatchBinding("", "a"), Fault: Fault{Kind: LateCommit, Delay: d}, Times: 1})
+	start := time.Now()
+	err := b.bind(t.Context(), "a")
+	if !apierrors.IsTimeout(err) {
+		t.Errorf("bind: %v, want a 504 Timeout Status", err)
+	}
+	if got := b.api.committed(); len(got) != 0 {
+		t.Fatalf("committed %v when the 504 was answered, want nothing yet", got)
+	}
+	pollT(t, "the late commit", func() bool { return b.proxy.Count(LateCommitted) == 1 })
+	if took := time.Since(start); took < d {
+		t.Errorf("committed %v after the request, want at least %v", took, d)
+	}
+	if got := b.api.committed(); !slices.Equal(got, []string{"default/a"}) {
+		t.Errorf("committed %v, want a's Binding once", got)
+	}
+	wantCount(t, b.proxy, LateCommit, 1)
+
+	// Close cuts a late commit still waiting: nothing reaches the API server after it.
+	b.proxy.SetRules(Rule{Match: MatchBinding("", "b"), Fault: Fault{Kind: LateCommit, Delay: time.Hour}})
+	if err := b.bind(t.Context(), "b"); !apierrors.IsTimeout(err) {
+		t.Errorf("bind b: %v, want a 504 Timeout Status", err)
+	}
+	b.proxy.Close()
+	if got := b.api.committed(); !slices.Equal(got, []string{"default/a"}) {
+		t.Errorf("committed %v after Close, want b's late commit cut", got)
+	}
+}
+
 // watchPods opens a pod watch through the proxy and waits until the fake API streams it; it
 // returns the watch and the API server's feed of events for it.
 func (b *proxyBed) watchPods(t *testing.T) (watch.Interface, chan<- string) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,4 +241,58 @@ func TestStalledWatchPastAssumeTTL(t *testing.T) {
 	}
 	b.judgeB(stall)
 	t.Logf("a's charge outlived a %v assume TTL with the pod watch held; b held back, then bound when a was deleted (%v)", ttl, time.Since(start).Round(time.Millisecond))
+}
+
+// TestLateBindingCommit: the API server answers a's Binding 504 at once and commits it 20 s later
+// (it went on with the request after answering, or etcd committed a write its client gave up on).
+// The extender reads a back unbound in between; b, created then, must not be placed on a's GPU:
+// the late commit would put 10 units on 8. Every Binding of a is treated so, so a retried bind
+// cannot place a elsewhere first.
+func TestLateBindingCommit(t *testing.T) {
+	const late = 20 * time.Second
+	start := time.Now()
+	b := startHalfBed(t)
+	b.fill()
+	b.proxy.SetRules(cluster.Rule{Match: cluster.MatchBinding("default", "a"), Fault: cluster.Fault{Kind: cluster.LateCommit, Delay: late}})
+	b.create("a", 6)
+	addr := strings.TrimPrefix(b.extURL, "http://")
+	pollUntil(t, waitLong, "the extender to have read a back after its 504", func() bool {
+		return seriesValue(t, addr, `gpushare_extender_binds_ambiguous_total{resolution="pending"}`)+
+			seriesValue(t, addr, `gpushare_extender_binds_ambiguous_total{resolution="released"}`) >= 1
+	})
+	b.create("b", 4)
+	var judged bool
+	pollUntil(t, waitLong, "a's late Binding to be committed", func() bool {
+		if b.proxy.Count(cluster.LateCommitted) > 0 {
+			return true
+		}
+		if unschedulable(b.get("b")) != "" {
+			judged = true
+		}
+		return false
+	})
+	if pod := b.get("b"); pod.Spec.NodeName != "" {
+		a := b.get("a")
+		t.Errorf("b (4 units) was bound to GPU %s while a's Binding (6 of 8 units, GPU %s) was in flight: the extender dropped a's charge on an unclear answer",
+			pod.Annotations[gpushare.AnnotationGPUIndex], a.Annotations[gpushare.AnnotationGPUIndex])
+		charges(t, defaultPods(t.Context(), t, b.c.Client()), hfSizes) // names the over-committed GPU
+		t.FailNow()
+	}
+	if !judged {
+		t.Fatal("b was never judged unschedulable before a's Binding was committed: the test proves nothing")
+	}
+	b.waitBound("a")
+	b.settled()
+	if p := b.get("b"); p.Spec.NodeName != "" {
+		t.Fatalf("b bound to %s beside a", p.Spec.NodeName)
+	}
+	zero := int64(0)
+	if err := b.c.Client().CoreV1().Pods("default").Delete(t.Context(), "a", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	b.settled()
+	b.nudge("b")
+	b.waitBound("b")
+	b.settled()
+	t.Logf("a's Binding answered 504 and committed %v later; b held back meanwhile, then bound when a was deleted (%v; %v)", late, time.Since(start).Round(time.Millisecond), b.proxy)
 }

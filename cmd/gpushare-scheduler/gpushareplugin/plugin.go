@@ -35,9 +35,13 @@ type Args struct {
 	// Policy is bestfit (the default), spread or firstfit.
 	Policy string `json:"policy,omitempty"`
 	// AssumeTTL is how long a charge the informer has not confirmed waits
-	// before the cache asks the API server (default 30s); it never releases
-	// memory by itself.
+	// before the cache asks the API server (default 90s, above the write
+	// horizon); it never releases memory by itself.
 	AssumeTTL metaDuration `json:"assumeTTL,omitempty"`
+	// APIServerRequestTimeout is the API server's --request-timeout (default
+	// 60s): a Binding without a clear answer may be committed until then
+	// (plus 15s), so a read showing its pod unbound releases nothing before.
+	APIServerRequestTimeout metaDuration `json:"apiServerRequestTimeout,omitempty"`
 	// BindTimeout bounds the Binding (default 10s).
 	BindTimeout metaDuration `json:"bindTimeout,omitempty"`
 	// SyncTimeout bounds the wait for the plugin's informers at start
@@ -107,7 +111,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// scheduler does (a factory starts each informer once), to sync here.
 	held := &heldPods{activate: func(pods map[string]*corev1.Pod) { h.Activate(klog.FromContext(ctx), pods) }}
 	c, err := cache.New(cache.Config{Client: h.ClientSet(), Logger: log.Named("cache"), AssumeTTL: args.AssumeTTL.Duration,
-		Shared: h.SharedInformerFactory(), OnFreed: held.release})
+		WriteHorizon: writeHorizon(args.APIServerRequestTimeout.Duration), Shared: h.SharedInformerFactory(), OnFreed: held.release})
 	if err != nil {
 		return nil, err
 	}
@@ -148,3 +152,12 @@ func decodeArgs(obj runtime.Object) (Args, error) {
 
 // Name returns the plugin's name.
 func (p *Plugin) Name() string { return Name }
+
+// writeHorizon is the cache's WriteHorizon for the API server's request
+// timeout; zero means the cache's default.
+func writeHorizon(requestTimeout time.Duration) time.Duration {
+	if requestTimeout <= 0 {
+		return 0
+	}
+	return requestTimeout + cache.WriteMargin
+}
