@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -187,7 +188,14 @@ func newCacheDir(root string) (string, error) {
 // has had no match for a while (listPlan says when, and when to give up).
 func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units []uint64) ([]allocate.Decision, error) {
 	plan := newListPlan(time.Now(), a.wait)
-	for {
+	for first := true; ; first = false {
+		if !first {
+			// An earlier answer the kubelet did not keep (its pod left, its
+			// devices dropped) holds its mark until it settles: without this
+			// the call would be refused on that stale mark (the soak's
+			// "no pod ... waits for a container", seed 1796164238172663089).
+			a.attributeLocked(ctx)
+		}
 		changed := a.src.Changed()
 		in := a.cachedInput(inv)
 		decisions, err := a.matchConfirmed(ctx, in, units)
@@ -215,10 +223,15 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		now := time.Now()
-		if plan.over(now) {
+		settle, unsettled := a.nextSettle()
+		if plan.over(now) && !unsettled {
 			return nil, a.refuseAfterWait(units, err)
 		}
-		t := time.NewTimer(plan.wake(now))
+		wake := plan.wake(now)
+		if unsettled {
+			wake = min(wake, max(settle.Sub(now), 0))
+		}
+		t := time.NewTimer(wake)
 		select {
 		case <-changed:
 		case <-t.C:
@@ -228,6 +241,24 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 		}
 		t.Stop()
 	}
+}
+
+// nextSettle is when the oldest answer still waiting for its holder settles
+// at the latest (attributeTimeout after it), and whether there is one. A
+// call is refused only once none is left: until then a mark that hides the
+// container the call is for may be one the kubelet did not keep.
+func (a *allocator) nextSettle() (time.Time, bool) {
+	if len(a.pending) == 0 {
+		return time.Time{}, false
+	}
+	at := a.pending[0].at
+	for _, p := range a.pending[1:] {
+		if p.at.Before(at) {
+			at = p.at
+		}
+	}
+	// Just past the timeout: settling needs strictly more than attributeTimeout.
+	return at.Add(attributeTimeout + time.Millisecond), true
 }
 
 // cachedInput is Match's input from the plugin's cache.
@@ -252,8 +283,22 @@ func (a *allocator) refuseAfterWait(units []uint64, err error) error {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	a.metrics.count(outcomeNoMatch, len(units))
-	a.log.Warn("Allocate matched no pod", zap.Uint64s("units", units), zap.Error(err))
+	// The marks held in memory are what a refusal of a waiting pod would
+	// come from: logged so that one can be traced.
+	a.log.Warn("Allocate matched no pod", zap.Uint64s("units", units), zap.Strings("servedInMemory", a.marks()), zap.Error(err))
 	return status.Error(codes.FailedPrecondition, err.Error())
+}
+
+// marks lists the containers served in memory, "uid/container", sorted.
+func (a *allocator) marks() []string {
+	var out []string
+	for uid, containers := range a.served {
+		for name := range containers {
+			out = append(out, string(uid)+"/"+name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // prune forgets served containers whose pod left the store or whose pod's

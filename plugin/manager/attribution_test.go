@@ -189,3 +189,48 @@ func TestRestartedKubeletAsksAgain(t *testing.T) {
 		t.Fatalf("the second container's call = %v, %v; want GPU 3", resp, err)
 	}
 }
+
+// The kubelet gave a call the plugin matched to first to a pod that is not in flight (a pod being
+// deleted, admitted again by a restarted kubelet), and that pod ended before the kubelet's next
+// admission, which drops its devices first (UpdateAllocatedDevices): the pod-resources API never
+// shows a holder, so the answer settles only after attributeTimeout. first's own call, coming at
+// once, must wait for that and be served, not be refused on the stale mark after --allocate-wait:
+// the soak's "no pod bound to node gpu-3 waits for a container of 8 GiB units" (seed
+// 1796164238172663089).
+func TestAllocateOutlastsAnAnswerNobodyHolds(t *testing.T) {
+	ctx := t.Context()
+	pr, sock := startPodResources(t)
+	e := run(t, "simulated:dgxh100", func(c *manager.Config) {
+		c.PodResourcesSocket = sock
+		c.AllocateWait = manager.DefaultAllocateWait
+	})
+	e.kubelet.waitRegister(t)
+	c := e.plugin(t)
+	if _, err := e.client.CoreV1().Pods("default").Create(ctx, gpuPod("first", 8, 2, 79), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The call of the pod that left: the plugin can only match it to first.
+	if resp, err := c.Allocate(ctx, allocReq(8)); err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+		t.Fatalf("the departed pod's call = %v, %v; want first's GPU 2", resp, err)
+	}
+	own := reqOn(1, 8)
+	resp, err := c.Allocate(ctx, own)
+	if err != nil || resp.ContainerResponses[0].Envs[gpushare.EnvGPUIndex] != "2" {
+		t.Fatalf("first's own call = %v, %v; want GPU 2 once the answer nobody holds has settled", resp, err)
+	}
+	pr.hold("default/first/main", own.ContainerRequests[0].DevicesIds)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := e.client.CoreV1().Pods("default").Get(ctx, "first", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Annotations[gpushare.AnnotationAssigned] == "true" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first never recorded as served")
+		}
+		time.Sleep(20 * time.Millisecond) // poll pacing
+	}
+}
