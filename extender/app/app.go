@@ -20,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/extender/binder"
 	"github.com/gpushare/gpushare/extender/cache"
 	"github.com/gpushare/gpushare/extender/server"
+	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
 // ErrLeaderElectionLost is what Run returns when this replica stops holding
@@ -114,12 +115,15 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	c, err := cache.New(cache.Config{Client: cfg.Client, Logger: log.Named("cache"), AssumeTTL: cfg.AssumeTTL, WriteHorizon: cfg.WriteHorizon, OnVerify: consistency.Verification})
+	recorder, stopEvents, err := startEvents(ctx, cfg.Client)
 	if err != nil {
 		return err
 	}
-	recorder, stopEvents, err := startEvents(ctx, cfg.Client)
+	c, err := cache.New(cache.Config{Client: cfg.Client, Logger: log.Named("cache"), AssumeTTL: cfg.AssumeTTL, WriteHorizon: cfg.WriteHorizon,
+		OnVerify: consistency.Verification, Binder: gpushare.BinderExtender,
+		OnForeignBind: foreignBinds(log.Named("cache"), recorder, consistency.ForeignBind, lead.serving)})
 	if err != nil {
+		stopEvents()
 		return err
 	}
 	// Deferred first, so it runs last: after the server and every bind.

@@ -41,6 +41,10 @@ type Config struct {
 	Cache  *cache.Cache
 	Policy allocator.Policy
 	Logger *zap.Logger
+	// Name signs each Binding (gpushare.AnnotationBoundBy), so another
+	// binder on the same nodes can tell the pod is not its own; empty means
+	// gpushare.BinderExtender.
+	Name string
 	// Now returns the time for ALIYUN_COM_GPU_MEM_ASSUME_TIME; nil means time.Now.
 	Now func() time.Time
 	// BindTimeout bounds the Binding POST, which runs detached from the
@@ -105,6 +109,9 @@ type Binder struct {
 func New(cfg Config) *Binder {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Name == "" {
+		cfg.Name = gpushare.BinderExtender
 	}
 	if cfg.BindTimeout <= 0 {
 		cfg.BindTimeout = DefaultBindTimeout
@@ -388,6 +395,7 @@ func (b *Binder) binding(pod *cache.PodRecord, args extenderv1.ExtenderBindingAr
 		if err := overwriteStale(pod, *a, annotations); err != nil {
 			return nil, fmt.Errorf("encode assignment of pod %s: %w", key, err)
 		}
+		annotations[gpushare.AnnotationBoundBy] = b.cfg.Name
 	}
 	return &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},

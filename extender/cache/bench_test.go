@@ -40,7 +40,7 @@ func BenchmarkMemory(b *testing.B) {
 			c.upsertNode(Node(fmt.Sprintf("node-%05d", i), 640, 8, nil))
 		}
 		for _, p := range objs {
-			c.upsertPod(p)
+			c.upsertPod(p, false)
 		}
 		b.StopTimer()
 		// Node objects are kept by the cache; pods only as our compact state.

@@ -73,6 +73,15 @@ type Config struct {
 	// made it (an informer's handler, the binder or the verifier): it must
 	// not block.
 	OnFreed func()
+	// Binder is this binder's name in the pods' gpushare.AnnotationBoundBy
+	// (gpushare.BinderExtender or gpushare.BinderSchedulerPlugin).
+	Binder string
+	// OnForeignBind, when set, is told of each pod the informer shows bound
+	// with a GPU assignment, after its initial list, that this cache never
+	// charged and another binder signed (or nobody did): a second binder on
+	// these nodes, whose charges this cache cannot see. It runs outside the
+	// cache's lock on the informer's goroutine: it must not block.
+	OnForeignBind func(pod *PodRecord)
 	// Shared, when set, is the factory whose pod and node informers the
 	// cache reads instead of watching pods and nodes itself: kube-scheduler's
 	// in plugin mode, so its process decodes each event once and the API
@@ -110,6 +119,8 @@ type Cache struct {
 	verifyTimeout time.Duration
 	onVerify      func(result string)
 	onFreed       func()
+	binderName    string
+	onForeignBind func(pod *PodRecord)
 
 	podInformer  toolscache.SharedIndexInformer
 	nodeInformer toolscache.SharedIndexInformer
@@ -121,7 +132,10 @@ type Cache struct {
 	mu sync.RWMutex
 	// freed is set under mu by a change OnFreed must hear of; unlock tells it.
 	freed bool
-	nodes map[string]*nodeState
+	// foreign are pods bound by another binder, for OnForeignBind; unlock
+	// tells it.
+	foreign []*PodRecord
+	nodes   map[string]*nodeState
 	// published holds each known node's *Published, replaced whole under
 	// mu and read without it: a scheduler plugin's Filter reads one node per
 	// call on sixteen goroutines, where a shared read lock costs more than
@@ -247,6 +261,8 @@ func New(cfg Config) (*Cache, error) {
 		verifyTimeout: cmp.Or(cfg.VerifyTimeout, 5*time.Second),
 		onVerify:      cfg.OnVerify,
 		onFreed:       cfg.OnFreed,
+		binderName:    cfg.Binder,
+		onForeignBind: cfg.OnForeignBind,
 		nodes:         map[string]*nodeState{},
 		released:      map[types.UID]bool{},
 		pods:          map[types.UID]*podState{},
@@ -282,16 +298,16 @@ func New(cfg Config) (*Cache, error) {
 
 	for _, h := range []struct {
 		inf     toolscache.SharedIndexInformer
-		upsert  func(any)
+		upsert  func(obj any, initial bool)
 		deleted func(any)
 	}{
 		{c.podInformer, c.upsertPod, c.deletePod},
-		{c.nodeInformer, c.upsertNode, c.deleteNode},
-		{c.cmInformer, c.upsertConfigMap, c.deleteConfigMap},
+		{c.nodeInformer, func(obj any, _ bool) { c.upsertNode(obj) }, c.deleteNode},
+		{c.cmInformer, func(obj any, _ bool) { c.upsertConfigMap(obj) }, c.deleteConfigMap},
 	} {
-		reg, err := h.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		reg, err := h.inf.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    h.upsert,
-			UpdateFunc: func(_, obj any) { h.upsert(obj) },
+			UpdateFunc: func(_, obj any) { h.upsert(obj, false) },
 			DeleteFunc: h.deleted,
 		})
 		if err != nil {
@@ -606,11 +622,16 @@ func (c *Cache) Forget(uid types.UID) {
 // unlock releases the write lock, then calls OnFreed when a change made
 // under it freed room: after the unlock, so a pod it wakes reads the change.
 func (c *Cache) unlock() {
-	freed := c.freed
-	c.freed = false
+	freed, foreign := c.freed, c.foreign
+	c.freed, c.foreign = false, nil
 	c.mu.Unlock()
 	if freed && c.onFreed != nil {
 		c.onFreed()
+	}
+	if c.onForeignBind != nil {
+		for _, p := range foreign {
+			c.onForeignBind(p)
+		}
 	}
 }
 
@@ -622,7 +643,9 @@ func objectOf(obj any) any {
 	return obj
 }
 
-func (c *Cache) upsertPod(obj any) {
+// upsertPod applies a pod's add (initial: from the informer's first list) or
+// update.
+func (c *Cache) upsertPod(obj any, initial bool) {
 	pod, ok := recordOf(obj)
 	if !ok {
 		return
@@ -634,6 +657,9 @@ func (c *Cache) upsertPod(obj any) {
 		return
 	}
 	old, had := c.pods[pod.UID]
+	if ps != nil && !had && !initial && c.onForeignBind != nil && pod.Annotations[gpushare.AnnotationBoundBy] != c.binderName {
+		c.foreign = append(c.foreign, pod)
+	}
 	if ps == nil {
 		// Until the binder's Binding lands the informer still sees the pod
 		// unbound; keep the assumption until the bind lands or is forgotten.

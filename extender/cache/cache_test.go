@@ -355,7 +355,7 @@ func TestAssumedSurvivesAnnotatedUnboundUpdate(t *testing.T) {
 	}
 	// The binder's PATCH lands before its Binding: annotated, not yet bound.
 	annotated := Pod("p", "", 0, false, 10)
-	f.cache.upsertPod(annotated)
+	f.cache.upsertPod(annotated, false)
 	if got := f.used("n1"); got[0] != 10 {
 		t.Fatalf("assumption dropped by the PATCH event: %v", got)
 	}
@@ -364,7 +364,7 @@ func TestAssumedSurvivesAnnotatedUnboundUpdate(t *testing.T) {
 func TestTombstoneDelete(t *testing.T) {
 	f := start(t, Node("n1", 32, 2, nil))
 	p := Pod("p", "n1", 1, true, 3)
-	f.cache.upsertPod(p)
+	f.cache.upsertPod(p, false)
 	f.waitUsed("n1", 0, 3)
 	f.cache.deletePod(toolscache.DeletedFinalStateUnknown{Key: "default/p", Obj: p})
 	f.waitUsed("n1", 0, 0)
@@ -624,14 +624,14 @@ func TestOnFreed(t *testing.T) {
 		change func()
 		want   []string
 	}{
-		{"bound, in flight", func() { c.upsertPod(Pod("p", "n1", 0, false, 4)) }, nil},
+		{"bound, in flight", func() { c.upsertPod(Pod("p", "n1", 0, false, 4), false) }, nil},
 		{"a status update", func() {
 			p := Pod("p", "n1", 0, false, 4)
 			p.Status.Phase = corev1.PodRunning
-			c.upsertPod(p)
+			c.upsertPod(p, false)
 		}, nil},
-		{"allocated by the device plugin", func() { c.upsertPod(Pod("p", "n1", 0, true, 4)) }, []string{"used 4, in flight 0"}},
-		{"allocated again", func() { c.upsertPod(Pod("p", "n1", 0, true, 4)) }, nil},
+		{"allocated by the device plugin", func() { c.upsertPod(Pod("p", "n1", 0, true, 4), false) }, []string{"used 4, in flight 0"}},
+		{"allocated again", func() { c.upsertPod(Pod("p", "n1", 0, true, 4), false) }, nil},
 		{"deleted", func() { c.deletePod(Pod("p", "n1", 0, true, 4)) }, []string{"used 0, in flight 0"}},
 		{"assumed", func() {
 			if _, err := c.Assume(RecordOf(Pod("q", "", -1, false, 6)), "n1", allocator.BestFit); err != nil {
@@ -647,5 +647,65 @@ func TestOnFreed(t *testing.T) {
 		if !slices.Equal(calls, s.want) {
 			t.Errorf("%s: OnFreed saw %q, want %q", s.what, calls, s.want)
 		}
+	}
+}
+
+// TestForeignBinds: a pod the informer shows bound with a GPU assignment that
+// this cache never charged, signed by another binder or by none, is reported
+// once; pods of the initial list, pods this cache charged and pods signed
+// with this binder's name (another replica's) are not.
+func TestForeignBinds(t *testing.T) {
+	signed := func(p *corev1.Pod, by string) *corev1.Pod {
+		if by != "" {
+			p.Annotations[gpushare.AnnotationBoundBy] = by
+		}
+		return p
+	}
+	client := fake.NewClientset(Node("n1", 64, 4, nil), signed(Pod("listed", "n1", 0, true, 4), "other"))
+	var mu sync.Mutex
+	var reported []string
+	c, err := New(Config{Client: client, Logger: zaptest.NewLogger(t), AssumeTTL: testTTL, Binder: "me",
+		OnForeignBind: func(p *PodRecord) { mu.Lock(); defer mu.Unlock(); reported = append(reported, p.Name) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !c.WaitForSync(ctx) {
+		t.Fatal("no sync")
+	}
+	pods := client.CoreV1().Pods("default")
+	mine := Pod("mine", "", -1, false, 4)
+	if _, err := c.Assume(RecordOf(mine), "n1", allocator.BestFit); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*corev1.Pod{
+		signed(Pod("mine", "n1", 1, false, 4), "me"),      // charged here first
+		signed(Pod("replica", "n1", 1, false, 4), "me"),   // another replica of this binder
+		signed(Pod("theirs", "n1", 2, false, 4), "other"), // the other binder
+		Pod("unsigned", "n1", 3, false, 4),                // Alibaba's extender, or by hand
+		Pod("pending", "", -1, false, 4),                  // not bound: nobody's yet
+	} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An update of a foreign pod already charged is not a second report.
+	again := signed(Pod("theirs", "n1", 2, true, 4), "other")
+	if _, err := pods.Update(ctx, again, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Create(ctx, signed(Pod("marker", "n1", 0, true, 1), "me"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Events come in order: once the marker is charged, every pod before it was seen.
+	f := &fixture{t: t, client: client, cache: c}
+	f.eventually("the marker charged", func() bool { return f.used("n1")[0] == 4+1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(reported, []string{"theirs", "unsigned"}) {
+		t.Fatalf("reported %v, want [theirs unsigned]", reported)
 	}
 }

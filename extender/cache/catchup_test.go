@@ -51,7 +51,7 @@ func TestCatchUp(t *testing.T) {
 	}
 	f.cache.Forget(late.UID)
 	// The lagging informer still delivers an older, unbound version of it.
-	f.cache.upsertPod(late)
+	f.cache.upsertPod(late, false)
 	f.waitUsed("n1", 4, 8, 2, 0)
 
 	// The informer catches up with "late": confirmed, never verified.

@@ -180,7 +180,7 @@ func keptAnnotations(in map[string]string) map[string]string {
 	for _, k := range [...]string{
 		gpushare.AnnotationGPUIndex, gpushare.AnnotationPodUnits, gpushare.AnnotationDevUnits,
 		gpushare.AnnotationAssigned, gpushare.AnnotationAssumeTime, gpushare.AnnotationAllocation,
-		gpushare.AnnotationContainerEnv,
+		gpushare.AnnotationContainerEnv, gpushare.AnnotationBoundBy,
 	} {
 		if v, ok := in[k]; ok {
 			if out == nil {

@@ -292,7 +292,7 @@ func TestPodRecordSize(t *testing.T) {
 func TestPodRecordTombstone(t *testing.T) {
 	f := start(t, Node("n1", 32, 2, nil))
 	for _, obj := range []any{RecordOf(Pod("p", "n1", 1, true, 3)), Pod("p", "n1", 1, true, 3)} {
-		f.cache.upsertPod(obj)
+		f.cache.upsertPod(obj, false)
 		f.waitUsed("n1", 0, 3)
 		f.cache.deletePod(toolscache.DeletedFinalStateUnknown{Key: "default/p", Obj: obj})
 		f.waitUsed("n1", 0, 0)

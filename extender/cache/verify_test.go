@@ -379,7 +379,7 @@ func TestSettleIgnoresChangedCharge(t *testing.T) {
 		t.Fatalf("due = %+v", due)
 	}
 	// The informer confirms the pod before the GET's answer (deleted) arrives.
-	f.cache.upsertPod(Pod("p", "n1", 0, false, 10))
+	f.cache.upsertPod(Pod("p", "n1", 0, false, 10), false)
 	f.cache.settle(due[0], nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), f.clock.Now())
 	f.waitUsed("n1", 10, 0)
 }

@@ -122,6 +122,7 @@ func newMetrics(reg prometheus.Registerer, nodes func() []*allocator.Node, level
 type ConsistencyMetrics struct {
 	ambiguous     *prometheus.CounterVec
 	verifications *prometheus.CounterVec
+	foreign       prometheus.Counter
 }
 
 // NewConsistencyMetrics registers the series on reg, every label value at zero.
@@ -130,23 +131,30 @@ func NewConsistencyMetrics(reg prometheus.Registerer) (*ConsistencyMetrics, erro
 		ambiguous: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpushare_extender_binds_ambiguous_total",
 			Help: "Bindings that got no definite answer (timeout, lost connection, 5xx), by what reading the pod back showed: " +
-				"bound (charge kept, bind succeeded), released (not bound: charge dropped), unknown (read failed: charge kept until verified).",
+				"bound (charge kept, bind succeeded), released (gone, replaced or bound elsewhere: charge dropped), " +
+				"pending (not bound yet, but the Binding may still be committed: charge kept until the write horizon), unknown (read failed: charge kept until verified).",
 		}, []string{"resolution"}),
 		verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpushare_extender_charge_verifications_total",
 			Help: "GETs of pods whose charge the informer had not confirmed within -assume-ttl, by result: " +
-				"bound (charge kept), released (pod gone, finished, unbound or elsewhere: charge dropped), error (charge kept).",
+				"bound (charge kept), released (pod gone, finished, unbound or elsewhere: charge dropped), " +
+				"pending (unbound, but a Binding of it may still be committed: charge kept), error (charge kept).",
 		}, []string{"result"}),
+		foreign: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpushare_extender_foreign_binds_total",
+			Help: "Pods bound with gpushare annotations by another binder (gpushare-scheduler, another extender, by hand): " +
+				"two binders with two caches on the same nodes can over-commit a GPU. Should stay 0.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.ambiguous, m.verifications} {
+	for _, c := range []prometheus.Collector{m.ambiguous, m.verifications, m.foreign} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	for _, r := range []string{binder.AmbiguousBound, binder.AmbiguousReleased, binder.AmbiguousUnknown} {
+	for _, r := range []string{binder.AmbiguousBound, binder.AmbiguousReleased, binder.AmbiguousPending, binder.AmbiguousUnknown} {
 		m.ambiguous.WithLabelValues(r)
 	}
-	for _, r := range []string{cache.VerifyBound, cache.VerifyReleased, cache.VerifyError} {
+	for _, r := range []string{cache.VerifyBound, cache.VerifyReleased, cache.VerifyPending, cache.VerifyError} {
 		m.verifications.WithLabelValues(r)
 	}
 	return m, nil
@@ -156,6 +164,9 @@ func NewConsistencyMetrics(reg prometheus.Registerer) (*ConsistencyMetrics, erro
 func (m *ConsistencyMetrics) AmbiguousBind(resolution string) {
 	m.ambiguous.WithLabelValues(resolution).Inc()
 }
+
+// ForeignBind counts one pod bound by another binder.
+func (m *ConsistencyMetrics) ForeignBind() { m.foreign.Inc() }
 
 // Verification counts one verification GET, by result.
 func (m *ConsistencyMetrics) Verification(result string) {

@@ -133,18 +133,26 @@ func TestConsistencyMetrics(t *testing.T) {
 	m.AmbiguousBind(binder.AmbiguousUnknown)
 	m.AmbiguousBind(binder.AmbiguousUnknown)
 	m.Verification(cache.VerifyReleased)
+	m.AmbiguousBind(binder.AmbiguousPending)
+	m.Verification(cache.VerifyPending)
+	m.ForeignBind()
 	// Every label value is there from the start, at zero until counted.
 	want := `
-# HELP gpushare_extender_binds_ambiguous_total Bindings that got no definite answer (timeout, lost connection, 5xx), by what reading the pod back showed: bound (charge kept, bind succeeded), released (not bound: charge dropped), unknown (read failed: charge kept until verified).
+# HELP gpushare_extender_binds_ambiguous_total Bindings that got no definite answer (timeout, lost connection, 5xx), by what reading the pod back showed: bound (charge kept, bind succeeded), released (gone, replaced or bound elsewhere: charge dropped), pending (not bound yet, but the Binding may still be committed: charge kept until the write horizon), unknown (read failed: charge kept until verified).
 # TYPE gpushare_extender_binds_ambiguous_total counter
 gpushare_extender_binds_ambiguous_total{resolution="bound"} 1
+gpushare_extender_binds_ambiguous_total{resolution="pending"} 1
 gpushare_extender_binds_ambiguous_total{resolution="released"} 0
 gpushare_extender_binds_ambiguous_total{resolution="unknown"} 2
-# HELP gpushare_extender_charge_verifications_total GETs of pods whose charge the informer had not confirmed within -assume-ttl, by result: bound (charge kept), released (pod gone, finished, unbound or elsewhere: charge dropped), error (charge kept).
+# HELP gpushare_extender_charge_verifications_total GETs of pods whose charge the informer had not confirmed within -assume-ttl, by result: bound (charge kept), released (pod gone, finished, unbound or elsewhere: charge dropped), pending (unbound, but a Binding of it may still be committed: charge kept), error (charge kept).
 # TYPE gpushare_extender_charge_verifications_total counter
 gpushare_extender_charge_verifications_total{result="bound"} 0
 gpushare_extender_charge_verifications_total{result="error"} 0
+gpushare_extender_charge_verifications_total{result="pending"} 1
 gpushare_extender_charge_verifications_total{result="released"} 1
+# HELP gpushare_extender_foreign_binds_total Pods bound with gpushare annotations by another binder (gpushare-scheduler, another extender, by hand): two binders with two caches on the same nodes can over-commit a GPU. Should stay 0.
+# TYPE gpushare_extender_foreign_binds_total counter
+gpushare_extender_foreign_binds_total 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -18,12 +18,14 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpushare/gpushare/extender/allocator"
 	"github.com/gpushare/gpushare/extender/binder"
 	"github.com/gpushare/gpushare/extender/cache"
+	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration profile.
@@ -111,7 +113,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// scheduler does (a factory starts each informer once), to sync here.
 	held := &heldPods{activate: func(pods map[string]*corev1.Pod) { h.Activate(klog.FromContext(ctx), pods) }}
 	c, err := cache.New(cache.Config{Client: h.ClientSet(), Logger: log.Named("cache"), AssumeTTL: args.AssumeTTL.Duration,
-		WriteHorizon: writeHorizon(args.APIServerRequestTimeout.Duration), Shared: h.SharedInformerFactory(), OnFreed: held.release})
+		WriteHorizon: writeHorizon(args.APIServerRequestTimeout.Duration), Shared: h.SharedInformerFactory(), OnFreed: held.release,
+		Binder: gpushare.BinderSchedulerPlugin, OnForeignBind: foreignBind(log.Named("cache"), h.EventRecorder())})
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +128,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if !c.WaitForSync(syncCtx) {
 		return nil, fmt.Errorf("%s: the GPU cache did not sync within %v", Name, syncTimeout)
 	}
-	b := binder.New(binder.Config{Client: h.ClientSet(), Cache: c, Policy: policy, Logger: log.Named("binder"), BindTimeout: args.BindTimeout.Duration})
+	b := binder.New(binder.Config{Client: h.ClientSet(), Cache: c, Policy: policy, Logger: log.Named("binder"), BindTimeout: args.BindTimeout.Duration,
+		Name: gpushare.BinderSchedulerPlugin})
 	log.Info("GPUShare plugin ready", zap.Stringer("policy", policy))
 	nodeInfo := func(name string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(name) }
 	return &Plugin{cache: c, binder: b, policy: policy, log: log, nodeInfo: nodeInfo, held: held}, nil
@@ -160,4 +164,22 @@ func writeHorizon(requestTimeout time.Duration) time.Duration {
 		return 0
 	}
 	return requestTimeout + cache.WriteMargin
+}
+
+// foreignBind reports a pod bound by another binder (cache.Config.OnForeignBind)
+// in the log and a Warning event on the pod. Standby replicas report too
+// (their caches run): the recorder folds the repeats into one series.
+func foreignBind(log *zap.Logger, rec events.EventRecorder) func(*cache.PodRecord) {
+	return func(p *cache.PodRecord) {
+		by := p.Annotations[gpushare.AnnotationBoundBy]
+		if by == "" {
+			by = "an unsigned binder (Alibaba's extender, a hand-made Binding or an older gpushare)"
+		}
+		log.Warn("pod bound with gpushare annotations by another binder: two binders with two caches can over-commit a GPU",
+			zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.NodeName), zap.String("boundBy", by))
+		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+		rec.Eventf(ref, nil, corev1.EventTypeWarning, gpushare.EventReasonForeignBinder, gpushare.EventActionBind, "%s",
+			gpushare.EventNote("bound to node "+p.NodeName+" by "+by+", not by "+gpushare.BinderSchedulerPlugin+
+				": two binders on the same nodes each place pods without the other's in-flight charges and can over-commit a GPU; run one (docs/operations.md)"))
+	}
 }
