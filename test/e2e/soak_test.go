@@ -934,7 +934,10 @@ func (s *soakBed) finalChecks() {
 		}
 	}
 	var diff string
-	err = cluster.Poll(t.Context(), waitLong, "the extender's /inspect agrees with the annotations", func(context.Context) (bool, error) {
+	// A Binding reset in the churn's last moments keeps its charge until the write horizon has
+	// passed and a read settles it (the scheduler's retry, or the verifier's next round).
+	settle := cache.DefaultWriteHorizon + cache.DefaultAssumeTTL/4 + waitLong
+	err = cluster.Poll(t.Context(), settle, "the extender's /inspect agrees with the annotations", func(context.Context) (bool, error) {
 		diff = s.inspectDiff(want2)
 		return diff == "", nil
 	})
