@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -61,6 +62,10 @@ type allocator struct {
 	tierPaths isolation.Config
 	// events records refusals on the Node; nil records none.
 	events *nodeEvents
+	// restarted is when the kubelet was last seen restarting (UnixNano), set
+	// without the lock: registering again must never wait for a call or a
+	// record write that holds it (kubeletRestarted).
+	restarted atomic.Int64
 }
 
 // pendingServe is an answered call waiting for the kubelet to show whose
@@ -69,10 +74,14 @@ type pendingServe struct {
 	decision allocate.Decision
 	devices  []string // the call's devices: IDs are unique among running containers
 	at       time.Time
-	// beforeRestart marks an answer given to a kubelet that has restarted
-	// since: the new kubelet shows what it kept from its checkpoint, and a
-	// container it does not show it will ask for again.
-	beforeRestart bool
+}
+
+// beforeRestart tells whether p was answered to a kubelet that has restarted
+// since: the new kubelet shows what it kept from its checkpoint, and a
+// container it does not show it will ask for again. The new kubelet calls
+// only after the plugin registered again, so after restarted was set.
+func (a *allocator) beforeRestart(p pendingServe) bool {
+	return p.at.UnixNano() < a.restarted.Load()
 }
 
 // attributeTimeout bounds how long an answer waits for its holder. The
@@ -438,7 +447,7 @@ func (a *allocator) settle(ctx context.Context, p pendingServe, kubelet podresou
 	case found:
 		a.unserve(d)
 		a.moveTo(ctx, d, h, func(r gpushare.ContainerRequest) bool { return r.Name == h.Container })
-	case p.beforeRestart && kubelet.Pods[d.Pod.Namespace+"/"+d.Pod.Name]:
+	case a.beforeRestart(p) && kubelet.Pods[d.Pod.Namespace+"/"+d.Pod.Name]:
 		// Kept as served, the container the kubelet asks for again would
 		// skip it and take the next waiting container's environment: a pod
 		// with two containers of one size on two GPUs ran one on the
@@ -484,7 +493,7 @@ func (a *allocator) settleInit(ctx context.Context, p pendingServe, kubelet podr
 		}
 		return true
 	}
-	restarted := p.beforeRestart && kubelet.Pods[d.Pod.Namespace+"/"+d.Pod.Name]
+	restarted := a.beforeRestart(p) && kubelet.Pods[d.Pod.Namespace+"/"+d.Pod.Name]
 	if time.Since(p.at) <= attributeTimeout && !restarted {
 		return false
 	}
@@ -494,14 +503,13 @@ func (a *allocator) settleInit(ctx context.Context, p pendingServe, kubelet podr
 	return true
 }
 
-// kubeletRestarted marks every answer still waiting for its holder as given
-// to the kubelet before its restart (pendingServe.beforeRestart).
+// kubeletRestarted notes that the kubelet restarted: every answer given
+// until now went to the old one (beforeRestart). It takes no lock: the
+// plugin registers again right after it, and the restarted kubelet refuses
+// every pod it admits before that ("no healthy devices present"), so it must
+// not wait for an Allocate or a record write holding the allocator's lock.
 func (a *allocator) kubeletRestarted() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for i := range a.pending {
-		a.pending[i].beforeRestart = true
-	}
+	a.restarted.Store(time.Now().UnixNano())
 }
 
 func (a *allocator) unserve(d allocate.Decision) {
