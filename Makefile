@@ -72,7 +72,8 @@ lint: ## go vet on the modules' own code
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
 
-verify: ## Fail on gofmt drift, go vet findings or go mod tidy drift
+verify: ## Fail on gofmt drift, go vet findings, go mod tidy drift or a tracked file over 1 MiB (test/large-files.txt)
+	@bash test/large-files.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt drift:"; echo "$$out"; exit 1; fi
 	$(MAKE) --no-print-directory lint
 	$(GO) mod tidy -diff
