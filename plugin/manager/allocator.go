@@ -194,9 +194,11 @@ func newCacheDir(root string) (string, error) {
 // pods, every answer confirmed with a fresh read (fresh.go). It waits up to
 // a.wait for a pod bound a moment ago to reach the cache, or a pod that left
 // to leave it, and matches on a fresh list of the node's pods when the cache
-// has had no match for a while (listPlan says when, and when to give up).
+// has had no match for a while (listPlan says when, and when to give up). A
+// list that proves nobody waits for the call refuses it at once.
 func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units []uint64) ([]allocate.Decision, error) {
-	plan := newListPlan(time.Now(), a.wait)
+	start := time.Now()
+	plan := newListPlan(start, a.wait)
 	for first := true; ; first = false {
 		if !first {
 			// An earlier answer the kubelet did not keep (its pod left, its
@@ -208,12 +210,10 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 		changed := a.src.Changed()
 		in := a.cachedInput(inv)
 		decisions, err := a.matchConfirmed(ctx, in, units)
-		if err != nil && plan.due(time.Now()) {
-			listed := a.listPods(ctx)
-			plan.listed(time.Now(), listed != nil)
-			if listed != nil {
-				in.Pods = listed
-				decisions, err = a.matchConfirmed(ctx, in, units)
+		if err != nil && plan.due(time.Now(), len(a.pending) == 0) {
+			var nobody bool
+			if decisions, nobody, err = a.matchListed(ctx, in, units, plan, err); nobody {
+				return nil, a.refuse(units, err, start)
 			}
 		}
 		if err == nil {
@@ -234,7 +234,7 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 		now := time.Now()
 		settle, unsettled := a.nextSettle()
 		if plan.over(now) && !unsettled {
-			return nil, a.refuseAfterWait(units, err)
+			return nil, a.refuse(units, err, start)
 		}
 		wake := plan.wake(now)
 		if unsettled {
@@ -250,6 +250,25 @@ func (a *allocator) match(ctx context.Context, inv *inventory.Inventory, units [
 		}
 		t.Stop()
 	}
+}
+
+// matchListed matches the call on a fresh list of the node's pods; with no
+// list answering it returns cachedErr, the match on the cache. nobody says
+// that the list proved nobody waits for the call (nobodyWaits) while no
+// earlier answer was unsettled, so it is refused at once.
+func (a *allocator) matchListed(ctx context.Context, in allocate.Input, units []uint64, plan *listPlan, cachedErr error) (_ []allocate.Decision, nobody bool, _ error) {
+	listed := a.listPods(ctx)
+	plan.listed(time.Now(), listed != nil)
+	if listed == nil {
+		return nil, false, cachedErr
+	}
+	in.Pods = listed
+	decisions, err := a.matchConfirmed(ctx, in, units)
+	if nobodyWaits(err) && len(a.pending) > 0 {
+		plan.undecided()
+		return nil, false, err
+	}
+	return decisions, nobodyWaits(err), err
 }
 
 // nextSettle is when the oldest answer still waiting for its holder settles
@@ -282,19 +301,20 @@ func (a *allocator) cachedInput(inv *inventory.Inventory) allocate.Input {
 	return in
 }
 
-// refuseAfterWait logs and counts a call refused after waiting, and returns
-// the gRPC error for the kubelet.
-func (a *allocator) refuseAfterWait(units []uint64, err error) error {
+// refuse logs and counts a call refused after waiting since start, and
+// returns the gRPC error for the kubelet.
+func (a *allocator) refuse(units []uint64, err error, start time.Time) error {
 	a.events.allocateRefused(units, err)
+	waited := zap.Duration("waited", time.Since(start))
 	if errors.Is(err, allocate.ErrOvercommit) {
 		a.metrics.count(outcomeOvercommit, len(units))
-		a.log.Error("Allocate refused: the GPU would hold more than it has", zap.Uint64s("units", units), zap.Error(err))
+		a.log.Error("Allocate refused: the GPU would hold more than it has", zap.Uint64s("units", units), waited, zap.Error(err))
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	a.metrics.count(outcomeNoMatch, len(units))
 	// The marks held in memory are what a refusal of a waiting pod would
 	// come from: logged so that one can be traced.
-	a.log.Warn("Allocate matched no pod", zap.Uint64s("units", units), zap.Strings("servedInMemory", a.marks()), zap.Error(err))
+	a.log.Warn("Allocate matched no pod", zap.Uint64s("units", units), waited, zap.Strings("servedInMemory", a.marks()), zap.Error(err))
 	return status.Error(codes.FailedPrecondition, err.Error())
 }
 

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,16 +30,19 @@ const (
 
 // listPlan says when a call the cache cannot match lists the node's pods, and
 // when it may be refused. "No pod waits for this call" is only known from a
-// list that succeeded after the wait: a refusal from a stalled watch and a
-// lost list answer would fail a pod that is bound and waiting (the soak saw
-// it). So a failed list is retried every listRetry, and a call whose lists
-// all fail is refused only at twice the wait: the kubelet admits the node's
-// pods one at a time and must not hang on an API server that is down.
+// list that succeeded: a refusal from a stalled watch and a lost list answer
+// would fail a pod that is bound and waiting (the soak saw it). So a failed
+// list is retried every listRetry, and a call whose lists all fail is refused
+// only at twice the wait: the kubelet admits the node's pods one at a time and
+// must not hang on an API server that is down. A list that answered can
+// refuse a call before the deadline (nobodyWaits); one that could not,
+// because earlier answers were still unsettled, is made again once they are.
 type listPlan struct {
 	first, deadline, giveUp time.Time
 	last                    time.Time // the last list; zero before the first
 	lastOK                  bool
 	definite                bool // a list succeeded at or after the deadline
+	recheck                 bool // list again once no answer is unsettled
 }
 
 func newListPlan(start time.Time, wait time.Duration) *listPlan {
@@ -63,14 +67,22 @@ func (p *listPlan) next() time.Time {
 	return p.giveUp
 }
 
-// due tells whether a list is due at now.
-func (p *listPlan) due(now time.Time) bool { return !now.Before(p.next()) }
+// due tells whether a list is due at now; settled says that no earlier
+// answer is left unsettled.
+func (p *listPlan) due(now time.Time, settled bool) bool {
+	return !now.Before(p.next()) || (p.recheck && settled)
+}
 
 // listed notes a list made at now, answered or not.
 func (p *listPlan) listed(now time.Time, ok bool) {
 	p.last, p.lastOK = now, ok
 	p.definite = p.definite || (ok && !now.Before(p.deadline))
+	p.recheck = false // a lost answer is retried by next
 }
+
+// undecided notes that the list just answered would have refused the call
+// but for answers still unsettled: it is made again once they are.
+func (p *listPlan) undecided() { p.recheck = true }
 
 // over tells whether a call still unmatched at now is refused.
 func (p *listPlan) over(now time.Time) bool { return p.definite || !now.Before(p.giveUp) }
@@ -148,6 +160,21 @@ func replacePod(pods []*corev1.Pod, old, fresh *corev1.Pod) []*corev1.Pod {
 		}
 	}
 	return out
+}
+
+// nobodyWaits tells whether err, from a match on a list of the node's pods
+// that the API server answered after the call arrived, proves that no
+// in-flight container waits for the call, so it can be refused at once. The
+// kubelet admits only pods it got from the API server, bound by then, and the
+// list is a quorum read (resourceVersion ""), so it shows the call's pod if
+// that is in flight. It proves nothing while an answer is unsettled (its mark
+// may hide the container: TestAllocateOutlastsAnAnswerNobodyHolds), when a pod
+// was skipped (its reason may depend on the tier's state, which changes), or
+// on a GPU that looks over-committed (a pod that left frees it only once it
+// is deleted): those calls keep the full wait.
+func nobodyWaits(err error) bool {
+	var none *allocate.NoMatchError
+	return errors.As(err, &none) && len(none.Skipped) == 0
 }
 
 // listPods reads the node's pods from the API server; nil when it cannot.
