@@ -230,6 +230,7 @@ type podState struct {
 	// priority and terminating are what preemption weighs (Holders).
 	priority    int32
 	terminating bool
+	gpuMemOnly  bool
 	assumed     bool
 	// unverified marks an assumed pod whose Binding got no definite answer
 	// (timeout, lost connection, 5xx) and whose outcome the binder could not
@@ -453,6 +454,7 @@ func holderOf(p *podState) preempt.Holder {
 	return preempt.Holder{
 		UID: string(p.uid), Name: p.namespace + "/" + p.name, Priority: p.priority,
 		Charges: p.charges, Evictable: !p.assumed && !p.unverified && !p.terminating, Terminating: p.terminating,
+		GPUMemOnly: p.gpuMemOnly,
 	}
 }
 
@@ -532,7 +534,7 @@ func (c *Cache) Assume(pod *PodRecord, node string, policy allocator.Policy) (As
 	ps := &podState{
 		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: node,
 		req: r, placement: p, charges: allocator.Charges(r, p), podUnits: r.Units,
-		inFlight: true, assumed: true, priority: pod.Priority,
+		inFlight: true, assumed: true, priority: pod.Priority, gpuMemOnly: pod.GPUMemOnly,
 	}
 	c.addLocked(ps)
 	return Assumption{Request: r, Placement: p}, nil
@@ -771,7 +773,7 @@ func (c *Cache) podStateOf(pod *PodRecord) (*podState, string) {
 	return &podState{
 		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: pod.NodeName,
 		req: r, placement: p, charges: allocator.Charges(r, p), podUnits: podUnits,
-		inFlight: !a.Assigned, priority: pod.Priority, terminating: pod.Terminating,
+		inFlight: !a.Assigned, priority: pod.Priority, terminating: pod.Terminating, gpuMemOnly: pod.GPUMemOnly,
 	}, ""
 }
 

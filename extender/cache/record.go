@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/preempt"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
@@ -69,6 +70,9 @@ type PodRecord struct {
 	// zero included: a gpu-mem: 0 pod is the scheduler's to send us, a pod
 	// without the key is not (Requests keeps only non-zero requests).
 	NamesGPUMem bool
+	// GPUMemOnly is preempt.GPUMemOnly of the pod: the scheduler can have
+	// chosen it as a victim for its GPU memory alone.
+	GPUMemOnly bool
 	// Priority is spec.priority (0 when unset), which preemption weighs; in
 	// the padding after NamesGPUMem.
 	Priority int32
@@ -100,6 +104,7 @@ func RecordOf(pod *corev1.Pod) *PodRecord {
 		GPUCount:        uint8(multi.Count), // at most MaxGPUsPerNode
 		LinksRequired:   multi.LinksRequired,
 		NamesGPUMem:     NamesGPUMem(pod),
+		GPUMemOnly:      preempt.GPUMemOnly(pod),
 		Priority:        priorityOf(pod),
 	}
 }

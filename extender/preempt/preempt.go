@@ -26,6 +26,9 @@ type Holder struct {
 	Evictable bool
 	// Terminating is a pod being deleted: its memory is on its way back.
 	Terminating bool
+	// GPUMemOnly: the scheduler can have chosen the pod as a victim for its
+	// GPU memory alone (GPUMemOnly of its spec), so Amend may replace it.
+	GPUMemOnly bool
 }
 
 // Victims is a choice of pods to evict on one node.

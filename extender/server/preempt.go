@@ -43,12 +43,17 @@ const (
 
 // Preempt is the preempt verb without HTTP. For each candidate node it
 // answers the scheduler's victims unchanged when the pod's GPU memory is not
-// what keeps it off the node (it fits already, or asks for none); otherwise
-// the cheapest victims on the node that make it fit (preempt.Choose), plus
-// the scheduler's victims that hold no GPU memory, which it chose for other
-// resources; and it drops the node when no eviction makes the pod fit, or
-// when the node is not in the cache. A pod whose request cannot be read
-// drops every node: the filter refuses it anyway.
+// what keeps it off the node once they are gone (it fits by Place, or asks
+// for none). Otherwise it adds the cheapest further GPU victims that make it
+// fit (preempt.Amend), keeping every victim the scheduler chose: one it may
+// have needed for CPU, memory, a port or affinity is never dropped, or the
+// evictions would leave the preemptor short and it would preempt again. It
+// drops only victims that hold nothing but GPU memory, of a preemptor that
+// needs victims for nothing but resources (preempt.GPUMemOnly,
+// preempt.NeedsOnlyResources), when other GPU pods serve better. A node is
+// dropped when no eviction makes the pod fit, or when it is not in the cache.
+// A pod whose request cannot be read drops every node: the filter refuses it
+// anyway.
 //
 // NumPDBViolations is an upper bound: the scheduler's count for its own
 // victims, plus one for each victim it did not choose (the extender does not
@@ -73,8 +78,9 @@ func preemptAll(c Cache, policy allocator.Policy, args *extenderv1.ExtenderPreem
 	if args.Pod.Spec.Priority != nil {
 		priority = *args.Pod.Spec.Priority
 	}
+	mayDrop := preempt.NeedsOnlyResources(args.Pod)
 	for _, node := range slices.Sorted(maps.Keys(handed)) {
-		v, outcome := preemptNode(c, policy, node, handed[node], req, priority)
+		v, outcome := preemptNode(c, policy, node, handed[node], req, priority, mayDrop)
 		outcomes[outcome]++
 		if v != nil {
 			out.NodeNameToMetaVictims[node] = v
@@ -85,7 +91,7 @@ func preemptAll(c Cache, policy allocator.Policy, args *extenderv1.ExtenderPreem
 
 // preemptNode is Preempt's answer for one node, nil to drop it, and which
 // answer it is.
-func preemptNode(c Cache, policy allocator.Policy, node string, theirs *extenderv1.MetaVictims, req allocator.Request, priority int32) (*extenderv1.MetaVictims, string) {
+func preemptNode(c Cache, policy allocator.Policy, node string, theirs *extenderv1.MetaVictims, req allocator.Request, priority int32, mayDrop bool) (*extenderv1.MetaVictims, string) {
 	if req.Units == 0 {
 		return theirs, preemptUnchanged
 	}
@@ -93,37 +99,28 @@ func preemptNode(c Cache, policy allocator.Policy, node string, theirs *extender
 	if !ok {
 		return nil, preemptDropped
 	}
-	if _, unfit := allocator.Place(n, req, policy); unfit == nil {
-		return theirs, preemptUnchanged // GPU memory is not the problem on this node
-	}
-	chosen, ok := preempt.Choose(n, holders, req, priority, policy)
-	if !ok {
-		return nil, preemptDropped
-	}
-	gpuPods := make(map[string]bool, len(holders))
-	for _, h := range holders {
-		gpuPods[h.UID] = true
-	}
-	theirUIDs := map[string]bool{}
-	out := &extenderv1.MetaVictims{NumPDBViolations: theirs.NumPDBViolations}
+	var uids []string
 	for _, p := range theirs.Pods {
-		if p == nil {
-			continue
-		}
-		theirUIDs[p.UID] = true
-		if !gpuPods[p.UID] {
-			out.Pods = append(out.Pods, &extenderv1.MetaPod{UID: p.UID})
+		if p != nil {
+			uids = append(uids, p.UID)
 		}
 	}
-	for _, h := range chosen.Pods {
-		out.Pods = append(out.Pods, &extenderv1.MetaPod{UID: h.UID})
-		if !theirUIDs[h.UID] {
-			out.NumPDBViolations++
-		}
-	}
-	if len(out.Pods) == 0 {
-		// Nothing to evict here; the scheduler refuses a node without victims.
+	a, ok := preempt.Amend(n, holders, uids, req, priority, policy, mayDrop)
+	switch {
+	case !ok:
 		return nil, preemptDropped
+	case len(a.Add) == 0 && len(a.Drop) == 0:
+		return theirs, preemptUnchanged // GPU memory is not the problem once they are gone
+	}
+	out := &extenderv1.MetaVictims{NumPDBViolations: theirs.NumPDBViolations}
+	for _, uid := range uids {
+		if !slices.Contains(a.Drop, uid) {
+			out.Pods = append(out.Pods, &extenderv1.MetaPod{UID: uid})
+		}
+	}
+	for _, h := range a.Add {
+		out.Pods = append(out.Pods, &extenderv1.MetaPod{UID: h.UID})
+		out.NumPDBViolations++
 	}
 	return out, preemptChosen
 }

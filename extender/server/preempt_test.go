@@ -146,18 +146,21 @@ func TestPreemptMetaVictims(t *testing.T) {
 	// n1: both of GPU 0's low pods (lowA, which the scheduler did not pick,
 	// adds a PDB violation), the CPU pod kept, low2 (GPU 1) no longer needed.
 	checkVictims(t, res, "n1", meta(2, "uid-lowA", "uid-lowB", "uid-plain"))
-	checkVictims(t, res, "n2", nil)                 // nothing below 1000 on n2
+	checkVictims(t, res, "n2", meta(0, "uid-top0")) // its victim frees GPU 0: the scheduler's answer
 	checkVictims(t, res, "n3", meta(3, "uid-x"))    // fits already: the scheduler's answer
-	checkVictims(t, res, "n4", meta(1, "uid-mid4")) // the terminating pod is never a victim
+	checkVictims(t, res, "n4", meta(0, "uid-term")) // the terminating pod's memory frees GPU 0
 	checkVictims(t, res, "ghost", nil)              // not in the cache
-	if len(res.NodeNameToMetaVictims) != 3 {
-		t.Errorf("answer has %d nodes, want 3: %v", len(res.NodeNameToMetaVictims), res.NodeNameToMetaVictims)
+	if len(res.NodeNameToMetaVictims) != 4 {
+		t.Errorf("answer has %d nodes, want 4: %v", len(res.NodeNameToMetaVictims), res.NodeNameToMetaVictims)
 	}
 
-	// 8 units: one low pod of n1 is enough (the cheapest: priority 100, one pod).
+	// 8 units, the scheduler's victim freeing 8 on GPU 1: its answer stands.
 	res = e.preempt(extenderv1.ExtenderPreemptionArgs{Pod: preemptor(8, 1000), NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
 		"n1": meta(0, "uid-mid"),
 	}})
+	checkVictims(t, res, "n1", meta(0, "uid-mid"))
+	// No victim handed: one low pod of n1 is enough (the cheapest: priority 100, one pod).
+	res = e.preempt(extenderv1.ExtenderPreemptionArgs{Pod: preemptor(8, 1000), NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": meta(0)}})
 	got := res.NodeNameToMetaVictims["n1"]
 	if got == nil || len(got.Pods) != 1 || !slices.Contains([]string{"uid-lowA", "uid-lowB", "uid-low2"}, got.Pods[0].UID) || got.NumPDBViolations != 1 {
 		t.Errorf("8 units on n1: %+v, want one low pod and 1 PDB violation", got)
@@ -166,7 +169,7 @@ func TestPreemptMetaVictims(t *testing.T) {
 	// At priority 150 only the low pods are below: GPU 0's two still do.
 	res = e.preempt(extenderv1.ExtenderPreemptionArgs{Pod: preemptor(16, 150), NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
 		"n1": meta(0, "uid-lowA", "uid-lowB"),
-		"n4": meta(0, "uid-mid4"),
+		"n4": meta(0),
 	}})
 	checkVictims(t, res, "n1", meta(0, "uid-lowA", "uid-lowB"))
 	checkVictims(t, res, "n4", nil) // mid4 is above 150, term terminating
@@ -192,11 +195,42 @@ func TestPreemptWholePodVictims(t *testing.T) {
 	}}
 	res := e.preempt(args)
 	checkVictims(t, res, "n1", meta(2, "uid-lowA", "uid-lowB", "uid-plain"))
-	checkVictims(t, res, "n2", nil)
+	checkVictims(t, res, "n2", meta(0, "uid-top0"))
 	checkVictims(t, res, "n3", meta(3, "uid-mid"))
 	checkVictims(t, res, "ghost", nil)
-	if len(res.NodeNameToMetaVictims) != 2 {
-		t.Errorf("answer has %d nodes, want 2: %v", len(res.NodeNameToMetaVictims), res.NodeNameToMetaVictims)
+	if len(res.NodeNameToMetaVictims) != 3 {
+		t.Errorf("answer has %d nodes, want 3: %v", len(res.NodeNameToMetaVictims), res.NodeNameToMetaVictims)
+	}
+}
+
+// TestPreemptKeepsTheSchedulersVictims: a victim the scheduler chose that
+// also requests CPU (it may have needed it for that) stays in the answer,
+// which adds the GPU pods that make the preemptor fit; a victim holding only
+// GPU memory is replaced when other pods serve better, unless the preemptor
+// has required anti-affinity (the scheduler may have chosen it for that).
+func TestPreemptKeepsTheSchedulersVictims(t *testing.T) {
+	both := runningPod(t, "both", 100, "n5", 1, 8)
+	both.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+	objs := append(preemptObjects(t), gpuNode("n5", 32, 2), both,
+		runningPod(t, "lowC", 100, "n5", 0, 8), runningPod(t, "lowF", 100, "n5", 0, 8), runningPod(t, "mid5", 200, "n5", 1, 8))
+	e := newEnv(t, objs...)
+	// CPU needed both; 16 units in all made it add lowC. GPU 0 still has 8.
+	res := e.preempt(extenderv1.ExtenderPreemptionArgs{Pod: preemptor(16, 1000), NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
+		"n5": meta(0, "uid-both", "uid-lowC"),
+	}})
+	checkVictims(t, res, "n5", meta(1, "uid-both", "uid-lowC", "uid-lowF"))
+
+	picky := preemptor(16, 1000)
+	picky.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{TopologyKey: "kubernetes.io/hostname"}}}}
+	for pod, want := range map[*corev1.Pod]*extenderv1.MetaVictims{
+		preemptor(16, 1000): meta(2, "uid-lowA", "uid-lowB", "uid-plain"), // low2 only held GPU memory
+		picky:               meta(2, "uid-lowA", "uid-lowB", "uid-low2", "uid-plain"),
+	} {
+		res = e.preempt(extenderv1.ExtenderPreemptionArgs{Pod: pod, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
+			"n1": meta(1, "uid-lowB", "uid-low2", "uid-plain"),
+		}})
+		checkVictims(t, res, "n1", want)
 	}
 }
 
@@ -317,9 +351,10 @@ func (c holdersCache) Holders(name string) (*allocator.Node, []preempt.Holder, b
 }
 
 // FuzzPreempt: whatever the scheduler hands over, an answered node lets the
-// pod fit once the answer's GPU holders are gone, keeps the scheduler's
-// victims that hold no GPU memory, names only lower-priority evictable
-// holders, and never counts fewer PDB violations than the scheduler did.
+// pod fit once the answer's GPU holders are gone, keeps every victim the
+// scheduler chose (none of these holders is GPU memory alone), adds only
+// lower-priority evictable holders, and never counts fewer PDB violations
+// than the scheduler did.
 func FuzzPreempt(f *testing.F) {
 	f.Add(uint8(16), int32(1000), "abcx", uint8(1))
 	f.Add(uint8(8), int32(150), "cz", uint8(0))
@@ -360,33 +395,44 @@ func FuzzPreempt(f *testing.F) {
 			return
 		}
 		r := allocator.RequestOf("default/preemptor", []gpushare.ContainerRequest{{Name: "c0", Units: uint64(units)}})
-		if _, unfit := allocator.Place(n, r, allocator.BestFit); unfit == nil {
+		var gone []preempt.Holder
+		for _, h := range hs {
+			if slices.ContainsFunc(handed.Pods, func(p *extenderv1.MetaPod) bool { return p.UID == h.UID }) {
+				gone = append(gone, h)
+			}
+		}
+		if _, unfit := allocator.Place(preempt.Without(n, gone), r, allocator.BestFit); unfit == nil {
 			if !reflect.DeepEqual(v, handed) {
-				t.Fatalf("fits already: %+v, want the scheduler's %+v", v, handed)
+				t.Fatalf("fits once the scheduler's victims are gone: %+v, want the scheduler's %+v", v, handed)
 			}
 			return
 		}
+		for _, p := range handed.Pods {
+			if !slices.Contains(uidsOf(v), p.UID) {
+				t.Fatalf("the scheduler's victim %s was dropped: %v", p.UID, uidsOf(v))
+			}
+		}
 		var ours []preempt.Holder
+		added := 0
 		for _, p := range v.Pods {
 			i := slices.IndexFunc(hs, func(h preempt.Holder) bool { return h.UID == p.UID })
 			if i < 0 {
 				continue
 			}
-			if h := hs[i]; !h.Evictable || h.Priority >= priority {
-				t.Fatalf("victim %+v at preemptor priority %d", h, priority)
-			}
 			ours = append(ours, hs[i])
+			if slices.ContainsFunc(handed.Pods, func(q *extenderv1.MetaPod) bool { return q.UID == p.UID }) {
+				continue
+			}
+			added++
+			if h := hs[i]; !h.Evictable || h.Priority >= priority {
+				t.Fatalf("added victim %+v at preemptor priority %d", h, priority)
+			}
 		}
 		if _, unfit := allocator.Place(preempt.Without(n, ours), r, allocator.BestFit); unfit != nil {
 			t.Fatalf("does not fit without %v: %s", uidsOf(v), unfit.Reason)
 		}
-		for _, p := range handed.Pods {
-			if !slices.ContainsFunc(hs, func(h preempt.Holder) bool { return h.UID == p.UID }) && !slices.Contains(uidsOf(v), p.UID) {
-				t.Fatalf("the scheduler's non-GPU victim %s was dropped: %v", p.UID, uidsOf(v))
-			}
-		}
-		if v.NumPDBViolations < handed.NumPDBViolations || v.NumPDBViolations > handed.NumPDBViolations+int64(len(ours)) {
-			t.Fatalf("%d PDB violations, handed %d, %d of ours", v.NumPDBViolations, handed.NumPDBViolations, len(ours))
+		if v.NumPDBViolations != handed.NumPDBViolations+int64(added) {
+			t.Fatalf("%d PDB violations, handed %d, %d added", v.NumPDBViolations, handed.NumPDBViolations, added)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
@@ -59,23 +60,45 @@ type preemptStep struct {
 // TestPreemptionFreesOneGPU: a full node of 8 × 80 GiB holding low- and mid-priority pods, through
 // the real kube-scheduler (its preemption calling our preempt verb), our extender and device
 // plugin. A high-priority pod of 80 GiB evicts exactly the two low pods of GPU 0 (the cheapest
-// GPU to free: the lowest priorities, the fewest pods) and runs there; one of 20 GiB evicts one
-// low 20 and nothing else; a pod of 80 GiB that outranks only the low pods, which free 80 GiB on
-// no single GPU, evicts nothing, although they free 200 GiB on the node (the scheduler's own
-// preemption, counting the node's total, would evict some). After every step every GPU's total
-// adds up in annotations and checkpoints, and every container's env equals its annotations.
+// GPU to free: the lowest priorities, the fewest pods) and runs there. A pod of 80 GiB that
+// outranks only the low pods evicts GPU 2's four low 20s: the scheduler's own preemption, counting
+// the node's total, picks the newest low pods, which free 80 GiB over GPUs 2 and 3 and on neither
+// alone, and the verb replaces them. A high-priority pod of 20 GiB then gets the scheduler's
+// choice unchanged (d1, whose 40 GiB on GPU 3 make room), and another 80 GiB pod with no low pod
+// left evicts nothing. After every step every GPU's total adds up in annotations and checkpoints,
+// and every container's env equals its annotations.
 func TestPreemptionFreesOneGPU(t *testing.T) {
 	b := startSystem(t)
 	b.runPreemption(t, []preemptStep{
 		{"h80", "gs-high", 80, []string{"a1", "a2"}, 0},
-		{"h20", "gs-high", 20, []string{"c1"}, 2},
-		{"bump80", "gs-bump", 80, nil, -1},
+		{"bump80", "gs-bump", 80, []string{"c1", "c2", "c3", "c4"}, 2},
+		{"h20", "gs-high", 20, []string{"d1"}, 3},
+		{"bump80b", "gs-bump", 80, nil, -1},
 	})
 	// The answers came from our verb, not from the scheduler alone: two nodes answered with victims
-	// on one GPU, one dropped (bump80).
-	chosen, dropped := b.preemptAnswers(t, "chosen"), b.preemptAnswers(t, "dropped")
-	if chosen < 2 || dropped < 1 {
-		t.Errorf("the extender's preempt verb answered %v nodes with victims and dropped %v; want at least 2 and 1", chosen, dropped)
+	// on one GPU, one with the scheduler's own.
+	chosen, unchanged := b.preemptAnswers(t, "chosen"), b.preemptAnswers(t, "unchanged")
+	if chosen < 2 || unchanged < 1 {
+		t.Errorf("the extender's preempt verb answered %v nodes with victims of its own and %v unchanged; want at least 2 and 1", chosen, unchanged)
+	}
+}
+
+// TestPreemptionKeepsTheSchedulersCPUVictim: the same full node, whose one CPU core d1 (a low
+// 40 on GPU 3) holds 600m of. A high-priority pod of 40 GiB that also asks 600m of CPU needs d1
+// gone for the CPU; kube-scheduler's preemption picks d1 alone (it frees the 40 GiB too), and
+// since the pod then fits on GPU 3, our verb must answer d1 unchanged. Before round 3 the verb
+// dropped d1 (it holds gpu-mem) for the cheapest GPU victim, a low 40 of GPU 0; the pod, still
+// short of CPU, preempted again and two pods were evicted where one was needed.
+func TestPreemptionKeepsTheSchedulersCPUVictim(t *testing.T) {
+	b := startSystem(t)
+	cpu := func(p *corev1.Pod) {
+		if p.Name == "d1" || p.Name == "hcpu" {
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("600m")}
+		}
+	}
+	b.runPreemptionWith(t, []preemptStep{{"hcpu", "gs-high", 40, []string{"d1"}, 3}}, cpu)
+	if unchanged := b.preemptAnswers(t, "unchanged"); unchanged < 1 {
+		t.Errorf("the extender answered %v nodes with the scheduler's victims unchanged; want at least 1", unchanged)
 	}
 }
 
@@ -101,6 +124,13 @@ func TestPluginModePreemption(t *testing.T) {
 // which pods it evicted and where it runs, auditing every GPU after every step.
 func (b *systemBed) runPreemption(t *testing.T, steps []preemptStep) {
 	t.Helper()
+	b.runPreemptionWith(t, steps, nil)
+}
+
+// runPreemptionWith is runPreemption with every pod it creates, fill and preemptors, changed by
+// edit first (nil: none).
+func (b *systemBed) runPreemptionWith(t *testing.T, steps []preemptStep, edit func(*corev1.Pod)) {
+	t.Helper()
 	ctx := t.Context()
 	b.addNode(t, "pre-0", "simulated:dgxh100")
 	for name, value := range preemptClasses {
@@ -109,8 +139,15 @@ func (b *systemBed) runPreemption(t *testing.T, steps []preemptStep) {
 			t.Fatal(err)
 		}
 	}
+	create := func(name, class string, units int64) {
+		p := classPod(name, class, units)
+		if edit != nil {
+			edit(p)
+		}
+		createAll(t, b.client, []*corev1.Pod{p})
+	}
 	for _, f := range preemptFill {
-		createAll(t, b.client, []*corev1.Pod{classPod(f.name, f.class, f.units)})
+		create(f.name, f.class, f.units)
 		p := b.waitAllRunning(t, map[string]*corev1.Pod{f.name: nil}, waitLong)[0]
 		if got := p.Annotations[gpushare.AnnotationGPUIndex]; got != fmt.Sprint(f.gpu) {
 			t.Fatalf("fill pod %s went to GPU %s, the test expects %d (best fit, one pod at a time)", f.name, got, f.gpu)
@@ -123,7 +160,7 @@ func (b *systemBed) runPreemption(t *testing.T, steps []preemptStep) {
 	b.auditPreemption(t, alive, "the full node")
 	for _, s := range steps {
 		began := time.Now()
-		createAll(t, b.client, []*corev1.Pod{classPod(s.pod, s.class, s.units)})
+		create(s.pod, s.class, s.units)
 		if s.gpu < 0 {
 			b.waitPreemptionRefused(t, s.pod)
 		} else {
