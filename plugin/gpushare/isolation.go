@@ -38,6 +38,9 @@ const (
 	EnvMPSPipeDirectory          = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSPinnedDeviceMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	// EnvCUDAVisibleDevices names, by UUID, the GPUs an mps client may use
+	// among those of the MPS server, which serves every GPU of the node.
+	EnvCUDAVisibleDevices = "CUDA_VISIBLE_DEVICES"
 
 	// HAMi-core variables.
 	EnvHAMiMemoryLimit = "CUDA_DEVICE_MEMORY_LIMIT"

@@ -97,9 +97,15 @@ func limitMiB(r Request) (uint64, error) {
 	return r.Unit.ToMiB(per), nil
 }
 
-// mps pins the client's device memory on each of its GPUs, named by UUID: MPS
-// enumerates devices as its daemon sees them, so an ordinal in a client's
-// environment can name another GPU (MPS documentation, CUDA_VISIBLE_DEVICES).
+// mps pins the client's device memory on each of its GPUs. The node's one
+// MPS server serves all its GPUs, and a client sees the server's devices
+// renumbered from 0 unless its CUDA_VISIBLE_DEVICES narrows them (MPS
+// documentation, CUDA_VISIBLE_DEVICES), so the answer narrows them to the
+// container's GPUs by UUID, which needs no knowledge of the server's order;
+// the client then sees exactly its GPUs as ordinals 0..k-1, and the limit is
+// written by ordinal, the form every NVIDIA example uses (the UUID form is
+// not confirmed on hardware: docs/isolation.md). Every GPU of a container
+// gets the same limit, so the ordinals' order does not matter.
 // The mounts are those NVIDIA's device plugin gives its MPS clients
 // (internal/plugin/mps.go): the daemon's pipe directory and its /dev/shm.
 func mps(cfg Config, r Request) (Answer, error) {
@@ -114,9 +120,9 @@ func mps(cfg Config, r Request) (Answer, error) {
 	limits := make([]string, len(gpus))
 	for k, uuid := range r.UUIDs {
 		if !strings.HasPrefix(uuid, "GPU-") || strings.ContainsAny(uuid, "=, ") {
-			return Answer{}, invalid("GPU %d has no usable UUID (%q) to pin its MPS memory limit to", gpus[k], uuid)
+			return Answer{}, invalid("GPU %d has no usable UUID (%q) to show its MPS client", gpus[k], uuid)
 		}
-		limits[k] = uuid + "=" + strconv.FormatUint(mib, 10) + "M"
+		limits[k] = strconv.Itoa(k) + "=" + strconv.FormatUint(mib, 10) + "M"
 	}
 	pipe := cfg.MPSContainerPipeDir
 	if pipe == "" {
@@ -131,6 +137,7 @@ func mps(cfg Config, r Request) (Answer, error) {
 	a := Answer{
 		Envs: map[string]string{
 			gpushare.EnvMPSPipeDirectory:        pipe,
+			gpushare.EnvCUDAVisibleDevices:      strings.Join(r.UUIDs, ","),
 			gpushare.EnvMPSPinnedDeviceMemLimit: strings.Join(limits, ","),
 		},
 		Mounts: []*pluginapi.Mount{

@@ -46,10 +46,10 @@ func TestFor(t *testing.T) {
 		{"no tier: the seed's answer", isolation.Request{Env: env("", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}, isolation.Answer{}},
 		{"none: nothing beside GPUSHARE_ISOLATION", isolation.Request{Env: env("none", 4, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}, isolation.Answer{}},
 		{"mps, GiB", isolation.Request{Env: env("mps", 20, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB}, isolation.Answer{
-			Envs:   map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": uuid + "=20480M"},
+			Envs:   map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M", "CUDA_VISIBLE_DEVICES": uuid},
 			Mounts: mpsMounts}},
 		{"mps, 256MiB, compute share", isolation.Request{Env: env("mps", 3, 30), UUIDs: []string{uuid}, Unit: 256}, isolation.Answer{
-			Envs: map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": uuid + "=768M",
+			Envs: map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=768M", "CUDA_VISIBLE_DEVICES": uuid,
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"},
 			Mounts: mpsMounts}},
 		{"hami-core, GiB", isolation.Request{Env: env("hami-core", 40, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB, CacheDir: cacheDir}, isolation.Answer{

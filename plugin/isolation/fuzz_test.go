@@ -97,8 +97,10 @@ func checkAnswer(t *testing.T, r isolation.Request, a isolation.Answer) {
 			t.Fatalf("tier %q adds %+v", r.Env.Isolation, a)
 		}
 	case gpushare.IsolationMPS:
+		// The client sees only its GPU, as ordinal 0.
 		dev, limit, _ := strings.Cut(a.Envs[gpushare.EnvMPSPinnedDeviceMemLimit], "=")
-		if dev != r.UUIDs[0] || !strings.HasPrefix(dev, "GPU-") || limit != mib+"M" || a.Envs[gpushare.EnvMPSActiveThreadPercentage] != share {
+		visible := a.Envs[gpushare.EnvCUDAVisibleDevices]
+		if dev != "0" || visible != r.UUIDs[0] || !strings.HasPrefix(visible, "GPU-") || limit != mib+"M" || a.Envs[gpushare.EnvMPSActiveThreadPercentage] != share {
 			t.Fatalf("mps answer %v for %d units of %s on %s", a.Envs, r.Env.ContainerUnits, r.Unit, r.UUIDs)
 		}
 		if !seen[gpushare.MPSContainerShmDir] || !seen[a.Envs[gpushare.EnvMPSPipeDirectory]] {

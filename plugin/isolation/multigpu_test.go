@@ -25,11 +25,11 @@ func TestForMultiGPU(t *testing.T) {
 		want map[string]string
 	}{
 		{"mps, 8 GiB over two GPUs", isolation.Request{Env: multiEnv("mps", 8, 0), UUIDs: []string{"GPU-a", "GPU-b"}, Unit: gpushare.GiB},
-			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "GPU-a=4096M,GPU-b=4096M"}},
+			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M,1=4096M", "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"}},
 		{"mps keeps the UUIDs' order", isolation.Request{Env: multiEnv("mps", 8, 0), UUIDs: []string{"GPU-b", "GPU-a"}, Unit: gpushare.GiB},
-			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "GPU-b=4096M,GPU-a=4096M"}},
+			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M,1=4096M", "CUDA_VISIBLE_DEVICES": "GPU-b,GPU-a"}},
 		{"mps, 256 MiB units, compute share", isolation.Request{Env: multiEnv("mps", 6, 50), UUIDs: []string{"GPU-a", "GPU-b"}, Unit: 256},
-			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "GPU-a=768M,GPU-b=768M",
+			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=768M,1=768M", "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}},
 		{"hami-core, 8 GiB over two GPUs", isolation.Request{Env: multiEnv("hami-core", 8, 0), UUIDs: []string{"GPU-a", "GPU-b"}, Unit: gpushare.GiB, CacheDir: cacheDir},
 			map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "4096m", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache"}},

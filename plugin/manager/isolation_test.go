@@ -157,9 +157,9 @@ func TestMPSTierFailsClosedAndRecovers(t *testing.T) {
 	if got, err := gpushare.ParseContainerEnv(r.Envs); err != nil || got != wantEnv {
 		t.Errorf("env reads back as %+v, %v; want %+v", got, err, wantEnv)
 	}
-	if r.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != gpus[3].UUID+"=8192M" || r.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "30" ||
+	if r.Envs["CUDA_VISIBLE_DEVICES"] != gpus[3].UUID || r.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=8192M" || r.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "30" ||
 		r.Envs["CUDA_MPS_PIPE_DIRECTORY"] != daemon.pipe {
-		t.Errorf("MPS variables %v; want GPU 3's UUID %s pinned to 8192M, 30%%, pipe %s", r.Envs, gpus[3].UUID, daemon.pipe)
+		t.Errorf("MPS variables %v; want GPU 3's UUID %s visible, pinned to 8192M, 30%%, pipe %s", r.Envs, gpus[3].UUID, daemon.pipe)
 	}
 	if len(r.Mounts) != 2 || r.Mounts[0].HostPath != daemon.pipe || r.Mounts[1].ContainerPath != "/dev/shm" || r.Mounts[1].HostPath != filepath.Join(root, "shm") {
 		t.Errorf("mounts %v; want the pipe directory and the daemon's /dev/shm", r.Mounts)
@@ -200,7 +200,8 @@ func TestMPSTierFailsClosedAndRecovers(t *testing.T) {
 	daemon.kill(nil)
 	waitNode(t, e, "published tier mps again", tiersOn(gpushare.IsolationMPS, ""))
 	resp, err = c.Allocate(ctx, reqOn(0, 4))
-	if err != nil || resp.ContainerResponses[0].Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != gpus[2].UUID+"=4096M" {
+	if err != nil || resp.ContainerResponses[0].Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=4096M" ||
+		resp.ContainerResponses[0].Envs["CUDA_VISIBLE_DEVICES"] != gpus[2].UUID {
 		t.Errorf("Allocate after the restart = %v, %v", resp, err)
 	}
 	if err := e.stopped(t); err != nil {

@@ -210,7 +210,8 @@ func (tb *tierBed) tierProblems(node string, e *cluster.CheckpointEntry, mib str
 	case "tier-mps":
 		expect(gpushare.EnvIsolation, string(gpushare.IsolationMPS))
 		expect(gpushare.EnvMPSPipeDirectory, tb.mpsPaths.MPSPipeDir)
-		expect(gpushare.EnvMPSPinnedDeviceMemLimit, tb.mpsUUID+"="+mib+"M")
+		expect(gpushare.EnvMPSPinnedDeviceMemLimit, "0="+mib+"M")
+		expect(gpushare.EnvCUDAVisibleDevices, tb.mpsUUID)
 		out = append(out, mountProblems(e.Mounts, map[string]string{tb.mpsPaths.MPSPipeDir: tb.mpsPaths.MPSPipeDir, gpushare.MPSContainerShmDir: tb.mpsPaths.MPSShmDir})...)
 		absent(gpushare.EnvHAMiMemoryLimit)
 	case "tier-hami":
@@ -225,10 +226,10 @@ func (tb *tierBed) tierProblems(node string, e *cluster.CheckpointEntry, mib str
 				caches[m.HostPath] = who
 			}
 		}
-		absent(gpushare.EnvMPSPinnedDeviceMemLimit)
+		absent(gpushare.EnvMPSPinnedDeviceMemLimit, gpushare.EnvCUDAVisibleDevices)
 	default:
 		expect(gpushare.EnvIsolation, string(gpushare.IsolationNone))
-		absent(gpushare.EnvMPSPinnedDeviceMemLimit, gpushare.EnvHAMiMemoryLimit, gpushare.EnvComputePercent)
+		absent(gpushare.EnvMPSPinnedDeviceMemLimit, gpushare.EnvCUDAVisibleDevices, gpushare.EnvHAMiMemoryLimit, gpushare.EnvComputePercent)
 	}
 	return out
 }

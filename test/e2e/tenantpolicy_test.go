@@ -75,6 +75,9 @@ func TestTenantPolicies(t *testing.T) {
 			init.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "busybox", Env: []corev1.EnvVar{{Name: name, Value: "x"}}}}
 			wantRefused(t, create(ctx, init), tenantEnvPolicy, "container setup of a pod asking for aliyun.com/gpu-mem sets "+name)
 		}
+		// On mps the plugin narrows a client to its GPUs by UUID; elsewhere the variable is the pod's.
+		wantRefused(t, create(ctx, tenantPod("visible", "tenant", "mps", corev1.EnvVar{Name: gpushare.EnvCUDAVisibleDevices, Value: "0"})), tenantEnvPolicy, "sets CUDA_VISIBLE_DEVICES")
+		wantAdmitted(t, create(ctx, tenantPod("visible", "tenant", "hami-core", corev1.EnvVar{Name: gpushare.EnvCUDAVisibleDevices, Value: "0"})), "CUDA_VISIBLE_DEVICES without mps")
 		// LD_PRELOAD lifts a limit only where one is enforced.
 		wantRefused(t, create(ctx, tenantPod("preload", "tenant", "hami-core", corev1.EnvVar{Name: "LD_PRELOAD", Value: "/x.so"})), tenantEnvPolicy, "sets LD_PRELOAD")
 		wantAdmitted(t, create(ctx, tenantPod("preload", "tenant", "", corev1.EnvVar{Name: "LD_PRELOAD", Value: "/usr/lib/libjemalloc.so"})), "LD_PRELOAD without an enforcing tier")

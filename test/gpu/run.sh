@@ -10,9 +10,9 @@
 #
 # The check: (a) the real-NVML tests; (b) plugin/mps starts the MPS control daemon on GPU
 # $GPU_INDEX (default 0) with the real NVML backend; (c) two CUDA clients get exactly the
-# environment Allocate gives an mps container (CUDA_MPS_PIPE_DIRECTORY and
-# CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=<GPU UUID>=20480M, then =40960M) and each allocates 30 GiB: the
-# first must fail with out-of-memory, the second succeed; (d) everything seen is printed, and to
+# environment Allocate gives an mps container (CUDA_MPS_PIPE_DIRECTORY, CUDA_VISIBLE_DEVICES=<GPU
+# UUID> and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M, then =40960M) and each allocates 30 GiB: the
+# first must fail with out-of-memory, the second succeed; a third run tries the UUID form; (d) everything seen is printed, and to
 # $OUT/gpu-run.txt when OUT is set. Where no NVIDIA driver works it prints "skipped: no NVIDIA
 # driver ..." and exits 0. Every step has a timeout within an overall 7.5-minute budget, and an
 # EXIT trap stops the daemon and puts the compute mode back even if the Go program could not.

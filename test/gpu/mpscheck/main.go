@@ -171,18 +171,17 @@ func startDaemon(ctx context.Context, r *report, d *mps.Daemon, lib nvml.Library
 	return true
 }
 
-// runClients runs the client under the two limits, and a diagnostic when the
-// lower limit did not hold.
+// runClients runs the client under the two limits, in the form Allocate
+// writes (CUDA_VISIBLE_DEVICES=<UUID>, the limit by ordinal 0), and a
+// diagnostic when the lower limit did not hold.
 func runClients(ctx context.Context, r *report, d *mps.Daemon, o options, uuid string) {
-	low := runClient(ctx, r, o, d.PipeDir(), fmt.Sprintf("%s=%dM", uuid, o.oomMiB))
+	low := runClient(ctx, r, o, d.PipeDir(), uuid, fmt.Sprintf("0=%dM", o.oomMiB))
 	r.check(fmt.Sprintf("client limited to %d MiB allocating %d GiB", o.oomMiB, o.allocGiB), low == 2, exitMeaning(low, 2))
-	high := runClient(ctx, r, o, d.PipeDir(), fmt.Sprintf("%s=%dM", uuid, o.okMiB))
+	high := runClient(ctx, r, o, d.PipeDir(), uuid, fmt.Sprintf("0=%dM", o.okMiB))
 	r.check(fmt.Sprintf("client limited to %d MiB allocating %d GiB", o.okMiB, o.allocGiB), high == 0, exitMeaning(high, 0))
-	if low == 0 {
-		r.section("Diagnostic: the same limit by device ordinal")
-		r.say("The UUID form did not limit the client; if the ordinal form does, MPS on this driver wants ordinals.")
-		runClient(ctx, r, o, d.PipeDir(), fmt.Sprintf("0=%dM", o.oomMiB))
-	}
+	r.section("Diagnostic: the limit by UUID")
+	r.say("Allocate wrote the UUID form before round 3; whether this driver honours it:")
+	runClient(ctx, r, o, d.PipeDir(), uuid, fmt.Sprintf("%s=%dM", uuid, o.oomMiB))
 	r.section("MPS servers after the clients")
 	out, err := d.Control(ctx, "get_server_list")
 	r.say("get_server_list: %q%s", strings.TrimSpace(out), errSuffix(err))
@@ -190,13 +189,13 @@ func runClients(ctx context.Context, r *report, d *mps.Daemon, o options, uuid s
 
 // runClient runs the client with the environment Allocate gives a container
 // of the mps tier and returns its exit status (-1 when it did not run).
-func runClient(ctx context.Context, r *report, o options, pipeDir, limit string) int {
+func runClient(ctx context.Context, r *report, o options, pipeDir, uuid, limit string) int {
 	r.section("Client: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + limit)
 	ctx, cancel := context.WithTimeout(ctx, o.clientTimeout)
 	defer cancel()
 	args := append(append([]string(nil), o.client[1:]...), fmt.Sprint(o.allocGiB))
 	cmd := exec.CommandContext(ctx, o.client[0], args...)
-	added := []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipeDir, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + limit}
+	added := []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipeDir, "CUDA_VISIBLE_DEVICES=" + uuid, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + limit}
 	cmd.Env = append(clientEnv(), added...)
 	r.say("$ %s %s", strings.Join(added, " "), strings.Join(cmd.Args, " "))
 	t0 := time.Now()
