@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the test bed's binaries (etcd, kube-apiserver, kube-scheduler, hollow-kubelet, fake-cri) from the
+# Builds the test bed's binaries (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, hollow-kubelet, fake-cri) from the
 # Go module proxy, pinned by this module's go.mod, into a cache outside the repository:
 #
 #   $GPUSHARE_BED_CACHE/<k8s version>-<hash of go.mod, go.sum, sources, Go version>/
@@ -8,13 +8,13 @@
 # already complete is reused without compiling anything, so a second run or a fresh clone on the same
 # machine costs milliseconds. The last line printed is the binaries' directory.
 #
-# Env: GPUSHARE_BED_CACHE (see above); BED_COMPONENTS (default: all five).
+# Env: GPUSHARE_BED_CACHE (see above); BED_COMPONENTS (default: all six).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 export GOWORK=off GOFLAGS=-mod=readonly GOTOOLCHAIN=local
 cache=${GPUSHARE_BED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare-bed}
-components=${BED_COMPONENTS:-"etcd kube-apiserver kube-scheduler hollow-kubelet fake-cri"}
+components=${BED_COMPONENTS:-"etcd kube-apiserver kube-scheduler kube-controller-manager hollow-kubelet fake-cri"}
 k8s=$(awk '($1=="require" && $2=="k8s.io/kubernetes") {print $3; exit} ($1=="k8s.io/kubernetes" && $2 ~ /^v/) {print $2; exit}' go.mod)
 [ -n "$k8s" ] || { echo "build.sh: go.mod does not require k8s.io/kubernetes" >&2; exit 1; }
 hash=$( { go env GOVERSION; cat build.sh go.mod go.sum; find cmd -name '*.go' | LC_ALL=C sort | xargs cat; } \

@@ -11,7 +11,8 @@ import (
 )
 
 // EnvBinDir names an environment variable that, when set, points at a directory already holding
-// the bed's binaries (etcd, kube-apiserver, kube-scheduler, hollow-kubelet); nothing is built then.
+// the bed's binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, hollow-kubelet,
+// fake-cri); nothing is built then.
 const EnvBinDir = "GPUSHARE_BED_BIN"
 
 // Binaries returns the directory with the bed's binaries: $GPUSHARE_BED_BIN when set, otherwise

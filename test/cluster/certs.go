@@ -58,7 +58,7 @@ func newPKI(dir string) (*pki, error) {
 	if err := writePEM(p.CAFile(), "CERTIFICATE", der); err != nil {
 		return nil, err
 	}
-	if err := writeKey(filepath.Join(dir, "ca.key"), key); err != nil {
+	if err := writeKey(p.caKeyFile(), key); err != nil {
 		return nil, err
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -77,6 +77,9 @@ func newPKI(dir string) (*pki, error) {
 
 // CAFile is the CA certificate every component trusts.
 func (p *pki) CAFile() string { return filepath.Join(p.dir, "ca.crt") }
+
+// caKeyFile is the CA's private key: kube-controller-manager signs approved CSRs with it.
+func (p *pki) caKeyFile() string { return filepath.Join(p.dir, "ca.key") }
 
 func (p *pki) saKeyFile() string { return filepath.Join(p.dir, "sa.key") }
 func (p *pki) saPubFile() string { return filepath.Join(p.dir, "sa.pub") }

@@ -30,6 +30,10 @@ type Config struct {
 	NoScheduler bool
 	// Scheduler configures the kube-scheduler.
 	Scheduler SchedulerConfig
+	// NoControllerManager starts no kube-controller-manager (StartControllerManager can start one
+	// later): nothing then acts on Deployments, ReplicaSets, Jobs, DaemonSets, owner references or
+	// namespace deletion, which is what a test that stands in for those controllers itself wants.
+	NoControllerManager bool
 	// ReadyTimeout bounds each component's start; zero means 60 seconds.
 	ReadyTimeout time.Duration
 }
@@ -49,16 +53,18 @@ type Cluster struct {
 	client   kubernetes.Interface
 	apiProbe *http.Client
 
-	mu        sync.Mutex
-	scheduler *process
-	schedPort int
-	kubelets  map[string]*Kubelet
-	programs  map[string]*Program
-	stopped   bool
+	mu          sync.Mutex
+	scheduler   *process
+	schedPort   int
+	controllers *process // kube-controller-manager
+	kubelets    map[string]*Kubelet
+	programs    map[string]*Program
+	stopped     bool
 }
 
-// Start brings up etcd, kube-apiserver and (unless cfg.NoScheduler) kube-scheduler, each polled
-// until ready. On error everything already started is stopped.
+// Start brings up etcd, kube-apiserver, kube-controller-manager (unless cfg.NoControllerManager)
+// and kube-scheduler (unless cfg.NoScheduler), each polled until ready. On error everything
+// already started is stopped.
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	bin := cfg.BinDir
 	if bin == "" {
@@ -94,6 +100,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c.apiPort = ports[2]
 	if err = c.startAPIServer(ctx, ports[0]); err != nil {
 		return nil, err
+	}
+	if !cfg.NoControllerManager {
+		if err = c.StartControllerManager(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if !cfg.NoScheduler {
 		if err = c.StartScheduler(ctx, cfg.Scheduler); err != nil {
@@ -141,8 +152,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, etcdPort int) error {
 		"--service-account-key-file=" + c.pki.saPubFile(), "--service-account-signing-key-file=" + c.pki.saKeyFile(),
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=Node,RBAC",
-		// No controller-manager runs: ServiceAccount admission would wait for token controllers and
-		// TaintNodesByCondition would leave every new Node tainted not-ready forever.
+		// ServiceAccount admission would refuse a pod created in a namespace before the
+		// ServiceAccount controller made its "default" ServiceAccount (tests create both at once),
+		// and hollow kubelets mount no token volumes; the controller-manager runs no node lifecycle
+		// controller (ControllerManagerControllers), so TaintNodesByCondition's not-ready taint on
+		// every new Node would stay forever.
 		"--enable-admission-plugins=NodeRestriction",
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--allow-privileged=true",
@@ -248,7 +262,7 @@ func (c *Cluster) Stop() {
 	for _, k := range c.kubelets {
 		kubelets = append(kubelets, k)
 	}
-	sched := c.scheduler
+	sched, controllers := c.scheduler, c.controllers
 	programs := make([]*Program, 0, len(c.programs))
 	for _, p := range c.programs {
 		programs = append(programs, p)
@@ -267,7 +281,7 @@ func (c *Cluster) Stop() {
 		})
 	}
 	wg.Wait()
-	for _, p := range []*process{sched, c.api, c.etcd} {
+	for _, p := range []*process{sched, controllers, c.api, c.etcd} {
 		if p != nil {
 			p.stop(10 * time.Second)
 		}
@@ -290,7 +304,7 @@ func (c *Cluster) processes() []*process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ps []*process
-	for _, p := range []*process{c.etcd, c.api, c.scheduler} {
+	for _, p := range []*process{c.etcd, c.api, c.controllers, c.scheduler} {
 		if p != nil {
 			ps = append(ps, p)
 		}

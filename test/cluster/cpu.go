@@ -57,11 +57,11 @@ func parseStatCPU(stat []byte) (time.Duration, error) {
 
 // ComponentCPU returns the CPU time used so far by the current run of each
 // running control-plane component ("etcd", "kube-apiserver",
-// "kube-scheduler") and of each program started with StartProgram, by name.
+// "kube-controller-manager", "kube-scheduler") and of each program started with StartProgram, by name.
 // Benchmarks take the difference across a measured interval.
 func (c *Cluster) ComponentCPU() (map[string]time.Duration, error) {
 	c.mu.Lock()
-	procs := []*process{c.etcd, c.api, c.scheduler}
+	procs := []*process{c.etcd, c.api, c.controllers, c.scheduler}
 	for _, p := range c.programs {
 		procs = append(procs, p.proc)
 	}

@@ -1,8 +1,8 @@
 // Package cluster starts and stops a real Kubernetes control plane on loopback for end-to-end
-// tests, benchmarks and the local demo: etcd, kube-apiserver, kube-scheduler (optionally with a
-// scheduler extender in its configuration) and any number of hollow kubelets that run the real
-// kubelet device manager, so device plugins register, get ListAndWatch'ed and Allocate'd as on a
-// real node.
+// tests, benchmarks and the local demo: etcd, kube-apiserver, kube-controller-manager (every
+// default controller but node lifecycle), kube-scheduler (optionally with a scheduler extender in
+// its configuration) and any number of hollow kubelets that run the real kubelet device manager,
+// so device plugins register, get ListAndWatch'ed and Allocate'd as on a real node.
 //
 // The binaries come from the nested module in test/bed (see Binaries). Every component listens on
 // a free port on 127.0.0.1 and keeps its state and log under one directory, so several clusters can

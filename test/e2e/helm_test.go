@@ -52,7 +52,8 @@ func TestHelmChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Config{BinDir: bin, NoScheduler: true})
+	// No controller-manager: the test runs the chart's Deployments' and DaemonSet's programs itself.
+	c := cluster.StartT(t, cluster.Config{BinDir: bin, NoScheduler: true, NoControllerManager: true})
 
 	// 1. The chart's objects (and the samples) are accepted as they are.
 	applier, err := manifests.NewApplier(c.RESTConfig(), "gpushare-e2e-helm")

@@ -62,7 +62,9 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Config{BinDir: bin, NoScheduler: true})
+	// No controller-manager: the test runs the shipped Deployments' and DaemonSet's programs itself,
+	// and an applied Deployment must stay as applied (its status would change its resourceVersion).
+	c := cluster.StartT(t, cluster.Config{BinDir: bin, NoScheduler: true, NoControllerManager: true})
 
 	// 1. Every object of the three kustomizations is accepted, and applying again changes nothing.
 	applier, err := manifests.NewApplier(c.RESTConfig(), "gpushare-e2e")

@@ -72,7 +72,9 @@ func BenchmarkExtenderMemory(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := cluster.StartT(b, cluster.Config{NoScheduler: true})
+	// No controller-manager: the pods name ReplicaSets that do not exist, which its garbage
+	// collector would delete.
+	c := cluster.StartT(b, cluster.Config{NoScheduler: true, NoControllerManager: true})
 
 	start := time.Now()
 	if err := c.CreateNodes(ctx, memoryNodeSpecs(b)); err != nil {

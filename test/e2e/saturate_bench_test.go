@@ -58,6 +58,8 @@ func BenchmarkSaturatingBurst(b *testing.B) {
 			for _, mix := range saturateMixes {
 				b.Run("pods="+mix.name, func(b *testing.B) {
 					bed := mode.start(b)
+					// No controller-manager, as when docs/benchmarks.md's figures were measured.
+					bed.c.StopControllerManager()
 					bed.kubeletAPILimits = true // measured as a real kubelet runs
 					for i := range saturateNodes {
 						bed.addNode(b, fmt.Sprintf("sat-%d", i), "simulated:dgxh100")

@@ -161,7 +161,9 @@ func startSoak(t *testing.T, seed uint64) *soakBed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Config{NoScheduler: true, Dir: *soakDir})
+	// No controller-manager: the soak applies every shipped manifest and runs the programs of their
+	// Deployment and DaemonSet itself, as processes it kills and restarts.
+	c := cluster.StartT(t, cluster.Config{NoScheduler: true, NoControllerManager: true, Dir: *soakDir})
 	s := &soakBed{
 		t: t, c: c, client: c.Client(), nodes: map[string]*soakNode{}, seed: seed,
 		live: map[string]time.Time{}, bound: map[string]bool{}, ran: map[string]bool{}, refused: map[string]refusal{},

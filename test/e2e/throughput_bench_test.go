@@ -88,7 +88,8 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	for _, qps := range []float32{50, 500} {
 		b.Run(fmt.Sprintf("qps=%v", qps), func(b *testing.B) {
 			ctx := context.Background()
-			c := cluster.StartT(b, cluster.Config{NoScheduler: true})
+			// No controller-manager, as when docs/benchmarks.md's figures were measured.
+			c := cluster.StartT(b, cluster.Config{NoScheduler: true, NoControllerManager: true})
 			nodes := make([]cluster.NodeSpec, *throughputNodes)
 			for i := range nodes {
 				nodes[i] = cluster.NodeSpec{

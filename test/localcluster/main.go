@@ -1,11 +1,11 @@
 // Command localcluster is `make demo`: it builds the three gpushare programs, starts the local test
-// bed (etcd, kube-apiserver, kube-scheduler and hollow GPU nodes running the real kubelet device
-// manager with fake containers, all on loopback), runs our device plugin on every node (simulated
-// GPUs of mixed sizes) and our scheduler extender wired into kube-scheduler with the shipped
-// configuration, applies the sample workloads from manifests/samples, waits for them to run and for
-// the device plugins to record them, prints `kubectl inspect gpushare` and `-d`, and then keeps the
-// cluster running with a KUBECONFIG to export until Ctrl-C (or SIGTERM), when it stops everything
-// and exits 0.
+// bed (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and hollow GPU nodes running the
+// real kubelet device manager with fake containers, all on loopback), runs our device plugin on every
+// node (simulated GPUs of mixed sizes) and our scheduler extender wired into kube-scheduler with the
+// shipped configuration, applies the sample workloads from manifests/samples (the sample
+// Deployment's pods are its ReplicaSet's), waits for them to run and for the device plugins to record
+// them, prints `kubectl inspect gpushare` and `-d`, and then keeps the cluster running with a
+// KUBECONFIG to export until Ctrl-C (or SIGTERM), when it stops everything and exits 0.
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,11 +27,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -233,17 +235,20 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 
 	if samples {
 		start = time.Now()
-		pods, err := applySamples(ctx, applier, c.Client(), filepath.Join(manifestDir, "samples"))
+		set, err := applySamples(ctx, applier, filepath.Join(manifestDir, "samples"))
 		if err != nil {
 			return err
 		}
-		if err := waitRunning(ctx, c.Client(), pods, 2*time.Minute); err != nil {
+		if err := waitRunning(ctx, c.Client(), set, 2*time.Minute); err != nil {
+			return err
+		}
+		if err := waitDeployments(ctx, c.Client(), set, time.Minute); err != nil {
 			return err
 		}
 		if err := waitRecorded(ctx, c.Client(), time.Minute); err != nil {
 			return err
 		}
-		fmt.Printf("all %d sample pods Running and recorded by the device plugins in %s\n", len(pods), since(start))
+		fmt.Printf("all %d sample pods Running and recorded by the device plugins in %s\n", set.total(), since(start))
 		inspect := filepath.Join(binDir, inspectorBin)
 		for _, args := range [][]string{nil, {"-d"}} {
 			fmt.Printf("\n$ %s\n", strings.Join(append([]string{"kubectl inspect gpushare"}, args...), " "))
@@ -257,13 +262,15 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 
 	fmt.Printf(`
 The demo is up after %s: %d hollow GPU nodes (%s), our device plugin on each, our scheduler
-extender in kube-scheduler. State and logs (one per process) are in %s.
+extender in kube-scheduler, kube-controller-manager for Deployments, Jobs and garbage collection.
+State and logs (one per process) are in %s.
 In another shell:
 
   export KUBECONFIG=%s
   export PATH=%s:$PATH     # kubectl inspect gpushare
-  kubectl get pods -o wide
+  kubectl get deployments,pods -o wide
   kubectl inspect gpushare -d
+  kubectl scale deployment gpushare-sample --replicas=10
 
 Containers are fake (the hollow kubelet runs no images); every GPU is simulated.
 Press Ctrl-C here to stop everything.
@@ -277,68 +284,94 @@ Press Ctrl-C here to stop everything.
 	}
 }
 
-// applySamples applies manifests/samples. The bed runs no controller-manager, so for each
-// Deployment the demo creates the pods its ReplicaSet would (name <deployment>-<i>). It returns the
-// names of the pods to wait for, all in namespace default.
-func applySamples(ctx context.Context, a *manifests.Applier, client kubernetes.Interface, dir string) ([]string, error) {
+// sampleSet is what the demo waits for after applying manifests/samples: the Pods it applied, by
+// name, and the replicas of each Deployment, which kube-controller-manager's ReplicaSets create.
+type sampleSet struct {
+	pods        []string
+	deployments []sampleDeployment
+}
+
+type sampleDeployment struct {
+	name     string
+	selector labels.Selector
+	replicas int32
+}
+
+// total is how many pods the samples run once every Deployment has its replicas.
+func (s sampleSet) total() int {
+	n := len(s.pods)
+	for _, d := range s.deployments {
+		n += int(d.replicas)
+	}
+	return n
+}
+
+// owns tells whether p is one of the samples' pods: applied by name, or matching a Deployment's
+// selector.
+func (s sampleSet) owns(p *corev1.Pod) bool {
+	if slices.Contains(s.pods, p.Name) {
+		return true
+	}
+	for _, d := range s.deployments {
+		if d.selector.Matches(labels.Set(p.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+// applySamples applies manifests/samples, all in namespace default, as kubectl apply -k would:
+// a Deployment's pods are then made by kube-controller-manager, like any user's.
+func applySamples(ctx context.Context, a *manifests.Applier, dir string) (sampleSet, error) {
+	var set sampleSet
 	objs, err := manifests.Load(dir)
 	if err != nil {
-		return nil, err
+		return set, err
 	}
-	var pods []string
 	for _, o := range objs {
 		if _, err := a.Apply(ctx, o); err != nil {
-			return nil, err
+			return set, err
 		}
 		switch o.GetKind() {
 		case "Pod":
-			pods = append(pods, o.GetName())
+			set.pods = append(set.pods, o.GetName())
 		case "Deployment":
 			var d appsv1.Deployment
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
-				return nil, err
+				return set, err
+			}
+			sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+			if err != nil {
+				return set, fmt.Errorf("Deployment %s: %w", d.Name, err)
 			}
 			replicas := int32(1)
 			if d.Spec.Replicas != nil {
 				replicas = *d.Spec.Replicas
 			}
-			for i := range replicas {
-				name := fmt.Sprintf("%s-%d", d.Name, i)
-				pod := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: d.Spec.Template.Labels},
-					Spec:       d.Spec.Template.Spec,
-				}
-				if _, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					return nil, fmt.Errorf("create pod %s of Deployment %s: %w", name, d.Name, err)
-				}
-				pods = append(pods, name)
-			}
+			set.deployments = append(set.deployments, sampleDeployment{name: d.Name, selector: sel, replicas: replicas})
 		}
 		fmt.Printf("applied %s\n", manifests.Describe(o))
 	}
-	return pods, nil
+	return set, nil
 }
 
-// waitRunning watches the pods in namespace default until every one of names is Running,
-// printing a line whenever the count changes (waitRecorded then waits for the plugins' records).
-func waitRunning(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
+// waitRunning watches the pods in namespace default until every sample pod is Running, printing
+// a line whenever the counts change (waitRecorded then waits for the plugins' records).
+func waitRunning(ctx context.Context, client kubernetes.Interface, set sampleSet, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
+	total := set.total()
 	state := map[string]string{} // pod -> "waiting", "bound" or "Running"
 	reasons := map[string]bool{} // unschedulable messages already printed
 	last := ""
 	lw := toolscache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", metav1.NamespaceDefault, fields.Everything())
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
 		p, ok := ev.Object.(*corev1.Pod)
-		if !ok || !want[p.Name] {
+		if !ok || !set.owns(p) {
 			return false, nil
 		}
 		switch {
-		case ev.Type == watch.Deleted:
+		case ev.Type == watch.Deleted || p.DeletionTimestamp != nil:
 			delete(state, p.Name)
 		case p.Status.Phase == corev1.PodRunning:
 			state[p.Name] = "Running"
@@ -358,17 +391,46 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, names []strin
 			counts[s]++
 		}
 		line := fmt.Sprintf("  %d/%d sample pods Running, %d bound (containers starting), %d waiting for the scheduler",
-			counts["Running"], len(names), counts["bound"], len(names)-counts["Running"]-counts["bound"])
+			counts["Running"], total, counts["bound"], counts["waiting"])
+		if missing := total - len(state); missing > 0 {
+			line += fmt.Sprintf(", %d not created yet (kube-controller-manager makes a Deployment's pods)", missing)
+		}
 		if line != last {
 			fmt.Println(line)
 			last = line
 		}
-		return counts["Running"] == len(names), nil
+		return counts["Running"] >= total, nil
 	})
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("sample pods not Running after %s (last: %s); see the logs in the cluster directory", timeout, strings.TrimSpace(last))
 	}
 	return err
+}
+
+// waitDeployments polls until every sample Deployment reports all its replicas ready and
+// available, as kubectl get deployments then shows them.
+func waitDeployments(ctx context.Context, client kubernetes.Interface, set sampleSet, timeout time.Duration) error {
+	for _, want := range set.deployments {
+		var d *appsv1.Deployment
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			var err error
+			d, err = client.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, want.name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil // not there yet or a transient error: retried until the timeout
+			}
+			return d.Status.ObservedGeneration == d.Generation && d.Status.ReadyReplicas == want.replicas &&
+				d.Status.AvailableReplicas == want.replicas && d.Status.UpdatedReplicas == want.replicas, nil
+		})
+		if err != nil {
+			status := "not found"
+			if d != nil {
+				status = fmt.Sprintf("%d/%d ready, %d available", d.Status.ReadyReplicas, want.replicas, d.Status.AvailableReplicas)
+			}
+			return fmt.Errorf("Deployment %s not ready after %s (%s); see kube-controller-manager.log in the cluster directory", want.name, timeout, status)
+		}
+		fmt.Printf("  Deployment %s: %d/%d ready\n", want.name, d.Status.ReadyReplicas, want.replicas)
+	}
+	return nil
 }
 
 // processes are our programs, started as children that die with this process (Pdeathsig) and in
