@@ -39,6 +39,63 @@ type criContainer struct {
 		HostPath      string `json:"hostPath"`
 	} `json:"mounts"`
 	CDIDevices []string `json:"cdiDevices"`
+	// InjectedCDI are the CDI devices fake-cri applied (annotations' first), as containerd does.
+	InjectedCDI []string `json:"injectedCDI"`
+	// EffectiveEnv is the environment the container runs with: its own (a later value of a name
+	// replacing an earlier one) with the CDI devices' env edits applied after it.
+	EffectiveEnv []struct {
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	} `json:"effectiveEnv"`
+}
+
+// effective returns key's value in the environment the container runs with.
+func (c criContainer) effective(key string) (string, bool) {
+	for _, e := range c.EffectiveEnv {
+		if e.Key == key {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// writeNVIDIASpec writes, in the CDI specification directory fake-cri reads for kubelet
+// (<root>/cdi, test/bed/cmd/fake-cri), a specification of kind nvidia.com/gpu for gpus shaped
+// like the one nvidia-ctk cdi generate writes: every GPU by index and by UUID with its device node,
+// and NVIDIA_VISIBLE_DEVICES=void for any container given one of them. Without it fake-cri, as
+// containerd, refuses a container naming nvidia.com/gpu devices ("unresolvable CDI devices").
+func writeNVIDIASpec(t *testing.T, kubelet *cluster.Kubelet, gpus []nvml.GPU) {
+	t.Helper()
+	type edits struct {
+		Env         []string            `json:"env,omitempty"`
+		DeviceNodes []map[string]string `json:"deviceNodes,omitempty"`
+	}
+	type device struct {
+		Name           string `json:"name"`
+		ContainerEdits edits  `json:"containerEdits"`
+	}
+	spec := struct {
+		Version        string   `json:"cdiVersion"`
+		Kind           string   `json:"kind"`
+		Devices        []device `json:"devices"`
+		ContainerEdits edits    `json:"containerEdits"`
+	}{Version: "0.5.0", Kind: gpushare.CDIKind, ContainerEdits: edits{Env: []string{gpushare.EnvVisibleDevices + "=" + gpushare.VisibleDevicesVoid},
+		DeviceNodes: []map[string]string{{"path": "/dev/nvidiactl"}}}}
+	for _, g := range gpus {
+		node := edits{DeviceNodes: []map[string]string{{"path": "/dev/nvidia" + strconv.Itoa(g.Index)}}}
+		spec.Devices = append(spec.Devices, device{Name: strconv.Itoa(g.Index), ContainerEdits: node}, device{Name: g.UUID, ContainerEdits: node})
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(kubelet.RootDir(), "cdi")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.com-gpu.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // env returns every value key has in the container's environment, in order (a runtime keeps
@@ -101,13 +158,18 @@ type dlPhase struct {
 // cdi.k8s.io/gpushare-device-plugin_<index> = nvidia.com/gpu=<index> — each naming the GPU its
 // pod's annotations name, with the UUID the simulated NVML gave it, and the gpushare variables
 // the contract's. Then the kubelet's checkpoint agrees with every pod's record and no GPU is
-// over-committed (checkEnvs), across the restarts that switched strategies.
+// over-committed (checkEnvs), across the restarts that switched strategies. fake-cri resolves the
+// CDI devices, as containerd does, against an nvidia.com/gpu specification shaped like
+// nvidia-ctk's (writeNVIDIASpec): the container that sets NVIDIA_VISIBLE_DEVICES=all runs with
+// that specification's void under cdi-cri, and with its own all under volume-mounts (where the
+// runtime must read the mount and ignore the variable).
 func TestPluginDeviceListStrategies(t *testing.T) {
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	gpus, err := sim.Devices()
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeNVIDIASpec(t, kubelet, gpus)
 	phases := []dlPhase{
 		{list: "volume-mounts", ids: "uuid", bypass: "vm-bypass", specs: []podSpec{
 			{name: "vm-one", sizes: []int64{10}, gpus: []int{3}},
@@ -250,6 +312,25 @@ func dlMismatches(ctr criContainer, list server.DeviceList, gpu nvml.GPU, env gp
 	}
 	if !slices.Equal(ctr.CDIDevices, wantCDI) {
 		out = append(out, fmt.Sprintf("CDI devices %q; want %q", ctr.CDIDevices, wantCDI))
+	}
+	var wantInjected []string
+	if s.Includes(gpushare.DeviceListCDIAnnotations) || s.Includes(gpushare.DeviceListCDICRI) {
+		wantInjected = []string{"nvidia.com/gpu=" + id}
+	}
+	if !slices.Equal(ctr.InjectedCDI, wantInjected) {
+		out = append(out, fmt.Sprintf("CDI devices applied %q; want %q", ctr.InjectedCDI, wantInjected))
+	}
+	// What the container runs with: the pod's own value where it sets one, unless a CDI device's
+	// edit (the NVIDIA specification's void) comes after it.
+	wantVisible := want[gpushare.EnvVisibleDevices]
+	switch {
+	case len(wantInjected) > 0:
+		wantVisible = gpushare.VisibleDevicesVoid
+	case bypass:
+		wantVisible = "all"
+	}
+	if got, _ := ctr.effective(gpushare.EnvVisibleDevices); got != wantVisible {
+		out = append(out, fmt.Sprintf("runs with %s=%q; want %q", gpushare.EnvVisibleDevices, got, wantVisible))
 	}
 	cdiAnn := map[string]string{}
 	for k, v := range ctr.Annotations {

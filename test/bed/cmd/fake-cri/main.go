@@ -13,6 +13,12 @@
 // annotations, environment in order, mounts and CDI devices, which is where a device plugin's
 // Allocate answer ends up. The file is written before CreateContainer answers, atomically, and
 // removed with the container.
+//
+// CDI devices are applied as containerd applies them (cdi.go): the devices named by the
+// container's cdi.k8s.io/ annotations and its CRI CDIDevices are resolved against the CDI
+// specifications in -cdi-spec-dirs (default: the directory cdi beside the socket), their env edits
+// applied after the container's own environment, and CreateContainer fails when a device resolves
+// to nothing. The record's effectiveEnv is the environment the container would run with.
 package main
 
 import (
@@ -73,6 +79,11 @@ type containerRecord struct {
 	Mounts      []mountRecord     `json:"mounts"`
 	Devices     []mountRecord     `json:"devices"`
 	CDIDevices  []string          `json:"cdiDevices"`
+	// InjectedCDI are the CDI devices applied, CDIDevices' first, each once (cdi.go).
+	InjectedCDI []string `json:"injectedCDI"`
+	// EffectiveEnv is the environment the container runs with: its own, a later value of a name
+	// replacing an earlier one, then the CDI devices' env edits applied the same way.
+	EffectiveEnv []keyValue `json:"effectiveEnv"`
 }
 
 type keyValue struct {
@@ -86,33 +97,47 @@ type mountRecord struct {
 	ReadOnly      bool   `json:"readOnly,omitempty"`
 }
 
-// recordingRuntime is the fake runtime service, recording each created container in dir.
+// recordingRuntime is the fake runtime service, applying CDI devices from the specifications in
+// cdiDirs (none: CDI off, devices recorded but not applied) and recording each created container
+// in dir.
 type recordingRuntime struct {
 	*fakeremote.RemoteRuntime
-	dir string
+	dir     string
+	cdiDirs []string
 }
 
 func (r *recordingRuntime) path(id string) string { return filepath.Join(r.dir, id+".json") }
 
 // CreateContainer creates the container in the fake and records its configuration.
 func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	cfg := req.GetConfig()
+	rec := containerRecord{Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations()}
+	for _, e := range cfg.GetEnvs() {
+		rec.Envs = append(rec.Envs, keyValue{Key: e.GetKey(), Value: string(e.GetValue())})
+	}
+	for _, d := range cfg.GetCDIDevices() {
+		rec.CDIDevices = append(rec.CDIDevices, d.GetName())
+	}
+	rec.EffectiveEnv = effectiveEnv(rec.Envs)
+	if len(r.cdiDirs) > 0 {
+		// Before the container exists, as containerd builds the OCI spec before creating it.
+		devices := requestedCDIDevices(cfg.GetAnnotations(), rec.CDIDevices)
+		env, err := loadCDI(r.cdiDirs).inject(rec.EffectiveEnv, devices)
+		if err != nil {
+			return nil, status.Errorf(codes.Unknown, "fake-cri: failed to inject CDI devices: %v", err)
+		}
+		rec.EffectiveEnv, rec.InjectedCDI = env, devices
+	}
 	resp, err := r.RemoteRuntime.CreateContainer(ctx, req)
 	if err != nil || r.dir == "" {
 		return resp, err
 	}
-	cfg := req.GetConfig()
-	rec := containerRecord{ID: resp.ContainerId, Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations()}
-	for _, e := range cfg.GetEnvs() {
-		rec.Envs = append(rec.Envs, keyValue{Key: e.GetKey(), Value: string(e.GetValue())})
-	}
+	rec.ID = resp.ContainerId
 	for _, m := range cfg.GetMounts() {
 		rec.Mounts = append(rec.Mounts, mountRecord{ContainerPath: m.GetContainerPath(), HostPath: m.GetHostPath(), ReadOnly: m.GetReadonly()})
 	}
 	for _, d := range cfg.GetDevices() {
 		rec.Devices = append(rec.Devices, mountRecord{ContainerPath: d.GetContainerPath(), HostPath: d.GetHostPath()})
-	}
-	for _, d := range cfg.GetCDIDevices() {
-		rec.CDIDevices = append(rec.CDIDevices, d.GetName())
 	}
 	data, err := json.Marshal(rec)
 	if err == nil {
@@ -143,6 +168,7 @@ func (r *recordingRuntime) RemoveContainer(ctx context.Context, req *runtimeapi.
 func main() {
 	endpoint := flag.String("endpoint", "", "unix:///path/to/socket to serve on (required)")
 	recordDir := flag.String("record-dir", "-", "directory for the created containers' records; - means cri-containers beside the socket, empty records nothing")
+	cdiDirs := flag.String("cdi-spec-dirs", "-", "comma-separated CDI specification directories, the last of highest priority; - means cdi beside the socket, empty turns CDI off")
 	flag.Parse()
 	if !strings.HasPrefix(*endpoint, "unix://") {
 		fmt.Fprintln(os.Stderr, "fake-cri: -endpoint must be unix:///path")
@@ -154,6 +180,16 @@ func main() {
 	dir := *recordDir
 	if dir == "-" {
 		dir = filepath.Join(filepath.Dir(socket), "cri-containers")
+	}
+	var specDirs []string
+	for d := range strings.SplitSeq(*cdiDirs, ",") {
+		switch d = strings.TrimSpace(d); d {
+		case "":
+		case "-":
+			specDirs = append(specDirs, filepath.Join(filepath.Dir(socket), "cdi"))
+		default:
+			specDirs = append(specDirs, d)
+		}
 	}
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -172,7 +208,7 @@ func main() {
 		os.Exit(1)
 	}
 	server := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(server, &recordingRuntime{RemoteRuntime: runtime, dir: dir})
+	runtimeapi.RegisterRuntimeServiceServer(server, &recordingRuntime{RemoteRuntime: runtime, dir: dir, cdiDirs: specDirs})
 	runtimeapi.RegisterImageServiceServer(server, runtime)
 	runtime.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		{Type: runtimeapi.RuntimeReady, Status: true},
