@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,7 @@ type options struct {
 	burst        int
 	metrics      string
 	deviceList   server.DeviceList
+	cdiSpecDir   string
 	isolation    isolationOptions
 	logLevel     zapcore.Level
 	node         string
@@ -80,6 +82,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		"a comma-separated list of "+strings.Join(gpushare.DeviceListStrategyNames(), ", ")+" (docs/device-plugin.md: only volume-mounts and the CDI ones resist a pod setting NVIDIA_VISIBLE_DEVICES itself)")
 	idStrategy := fs.String("device-id-strategy", string(gpushare.DeviceIDUUID), "how volume-mounts and the CDI strategies name the GPU: "+
 		strings.Join(gpushare.DeviceIDStrategyNames(), " or ")+" (envvar always writes the index)")
+	fs.StringVar(&o.cdiSpecDir, "cdi-spec-dir", gpushare.DefaultCDISpecDir, "with a CDI device-list strategy, where the plugin writes its CDI specification "+
+		"("+gpushare.CDILimitsSpecFile+"), whose devices hand an isolation tier's variables to the runtime after the container's own env; "+
+		"one of the runtime's cdi_spec_dirs")
 	o.isolation.register(fs)
 	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -104,6 +109,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	}
 	if o.deviceList.IDs, err = gpushare.ParseDeviceIDStrategy(*idStrategy); err != nil {
 		return o, fmt.Errorf("--device-id-strategy: %w", err)
+	}
+	if !filepath.IsAbs(o.cdiSpecDir) || filepath.Clean(o.cdiSpecDir) != o.cdiSpecDir {
+		return o, fmt.Errorf("--cdi-spec-dir: %q is not a clean absolute path", o.cdiSpecDir)
 	}
 	if err := o.isolation.check(); err != nil {
 		return o, err
@@ -198,6 +206,9 @@ func serve(o options, logger *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	if o.deviceList.Limits, err = limitSpecs(o, logger); err != nil {
+		return err
+	}
 	m, err := manager.New(manager.Config{
 		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir, PodResourcesSocket: o.podResources,
 		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
@@ -212,6 +223,22 @@ func serve(o options, logger *zap.Logger) error {
 	err = m.Run(ctx)
 	logger.Info("stopped")
 	return err
+}
+
+// limitSpecs is the plugin's CDI specification in --cdi-spec-dir when a CDI
+// strategy names the GPU (nil otherwise: envvar and volume-mounts cannot
+// carry edits), pruned against the kubelet's checkpoint in --device-plugin-dir.
+func limitSpecs(o options, logger *zap.Logger) (*server.LimitSpecs, error) {
+	s := o.deviceList.Strategies
+	if !s.Includes(gpushare.DeviceListCDIAnnotations) && !s.Includes(gpushare.DeviceListCDICRI) {
+		return nil, nil
+	}
+	limits, err := server.NewLimitSpecs(server.LimitSpecsConfig{Dir: o.cdiSpecDir, Checkpoint: filepath.Join(o.dir, server.KubeletCheckpoint),
+		Logger: logger.Named("cdi")})
+	if err != nil {
+		return nil, fmt.Errorf("--cdi-spec-dir: %w", err)
+	}
+	return limits, nil
 }
 
 // serveMetrics serves the plugin's Prometheus series, and nothing else, on

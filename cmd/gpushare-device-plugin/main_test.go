@@ -32,8 +32,12 @@ func TestParse(t *testing.T) {
 	if err != nil || o.unit != 256 || o.backend != "simulated:dgxh200" || o.healthCheck || o.quiet != 30*time.Second || o.dir != "/tmp/dp" {
 		t.Errorf("flags = %+v, %v", o, err)
 	}
-	if o, err := parse(nil, node, &bytes.Buffer{}); err != nil || o.deviceList.Strategies.String() != "envvar" || o.deviceList.IDs != gpushare.DeviceIDUUID {
-		t.Errorf("device list defaults = %v, %v; want envvar (GPUs by uuid)", o.deviceList, err)
+	if o, err := parse(nil, node, &bytes.Buffer{}); err != nil || o.deviceList.Strategies.String() != "envvar" || o.deviceList.IDs != gpushare.DeviceIDUUID ||
+		o.cdiSpecDir != "/var/run/cdi" {
+		t.Errorf("device list defaults = %v, %q, %v; want envvar (GPUs by uuid), /var/run/cdi", o.deviceList, o.cdiSpecDir, err)
+	}
+	if o, err := parse([]string{"--cdi-spec-dir=/etc/cdi"}, node, &bytes.Buffer{}); err != nil || o.cdiSpecDir != "/etc/cdi" {
+		t.Errorf("--cdi-spec-dir=/etc/cdi = %q, %v", o.cdiSpecDir, err)
 	}
 	o, err = parse([]string{"--device-list-strategy=volume-mounts,cdi-cri", "--device-id-strategy=index"}, node, &bytes.Buffer{})
 	if err != nil || !o.deviceList.Strategies.Includes(gpushare.DeviceListVolumeMounts) || !o.deviceList.Strategies.Includes(gpushare.DeviceListCDICRI) ||
@@ -83,6 +87,8 @@ func TestParse(t *testing.T) {
 		{[]string{"--hami-core-library="}, map[string]string{"NODE_NAME": "n"}, `--hami-core-library: "" is not a clean absolute path`},
 		{[]string{"--mps-log-dir=/run/gpushare/mps/pipe"}, map[string]string{"NODE_NAME": "n"}, "--mps-pipe-dir and --mps-log-dir must differ"},
 		{[]string{"--isolation-probe-interval=0s"}, map[string]string{"NODE_NAME": "n"}, "--isolation-probe-interval must be positive"},
+		{[]string{"--cdi-spec-dir=cdi"}, map[string]string{"NODE_NAME": "n"}, `--cdi-spec-dir: "cdi" is not a clean absolute path`},
+		{[]string{"--cdi-spec-dir="}, map[string]string{"NODE_NAME": "n"}, `--cdi-spec-dir: "" is not a clean absolute path`},
 	} {
 		var stderr bytes.Buffer
 		_, err := parse(tt.args, env(tt.env), &stderr)
@@ -169,5 +175,22 @@ func TestIsolationConfig(t *testing.T) {
 	}
 	if _, err := manager.New(manager.Config{Node: "n", Client: fake.NewClientset(), Library: lib, Isolation: cfg}); err != nil {
 		t.Errorf("manager.New refuses the configuration: %v", err)
+	}
+}
+
+// The CDI strategies get the plugin's CDI specification in --cdi-spec-dir;
+// the others, which cannot carry edits, none.
+func TestLimitSpecsWiring(t *testing.T) {
+	node := env(map[string]string{"NODE_NAME": "n1"})
+	dir := t.TempDir()
+	for list, want := range map[string]bool{"envvar": false, "volume-mounts": false, "cdi-cri": true, "cdi-annotations": true, "envvar,cdi-cri": true} {
+		o, err := parse([]string{"--device-list-strategy=" + list, "--cdi-spec-dir=" + dir}, node, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits, err := limitSpecs(o, zap.NewNop())
+		if err != nil || (limits != nil) != want || (want && limits.Path() != dir+"/gpushare.io-limits.json") {
+			t.Errorf("%s: limits %v, %v; want one: %v", list, limits, err, want)
+		}
 	}
 }

@@ -17,11 +17,26 @@ import (
 type DeviceList struct {
 	Strategies gpushare.DeviceListStrategies // empty means envvar
 	IDs        gpushare.DeviceIDStrategy     // empty means uuid; envvar always writes the index
+	// Limits is the plugin's CDI specification, through which the CDI
+	// strategies hand an isolation tier's variables to the runtime
+	// (ContainerResponseWith). Required for an answer with a tier's
+	// variables under a CDI strategy; unused otherwise.
+	Limits *LimitSpecs
 }
 
-// String describes d for logs, e.g. "volume-mounts (GPUs by uuid)".
+// String describes d for logs, e.g. "volume-mounts (GPUs by uuid)" or
+// "cdi-cri (GPUs by uuid, limits in /var/run/cdi/gpushare.io-limits.json)".
 func (d DeviceList) String() string {
-	return d.Strategies.String() + " (GPUs by " + string(d.ids()) + ")"
+	out := d.Strategies.String() + " (GPUs by " + string(d.ids())
+	if d.cdi() && d.Limits != nil {
+		out += ", limits in " + d.Limits.Path()
+	}
+	return out + ")"
+}
+
+// cdi reports whether a CDI strategy names the GPU.
+func (d DeviceList) cdi() bool {
+	return d.Strategies.Includes(gpushare.DeviceListCDIAnnotations) || d.Strategies.Includes(gpushare.DeviceListCDICRI)
 }
 
 func (d DeviceList) ids() gpushare.DeviceIDStrategy {
@@ -95,6 +110,18 @@ func (d DeviceList) ContainerResponse(env gpushare.ContainerEnv, uuids []string)
 // follow the strategy's. The two never name the same variable or container
 // path; if they did, one would silently undo the other (a device mount, or
 // a memory limit), so that is an error.
+//
+// Under a CDI strategy the tier's variables also go to the runtime as the
+// container edits of a CDI device of the plugin's own (d.Limits.Ensure, a
+// device per set of variables, gpushare.CDILimitsDeviceName), named beside
+// the GPU's: in CDIDevices for cdi-cri, in the annotation
+// gpushare.CDILimitsAnnotationKey for cdi-annotations. The kubelet puts the
+// answer's variables before the container's own env, where a container's
+// value of the same name wins; a CDI runtime applies the device's edits
+// after the container's env, so the tier's values win. The variables stay in
+// the answer's env too (the kubelet's checkpoint, the record checks). When
+// the specification cannot be written, or there is none to write, it is an
+// error: never an answer whose limit the container could lift.
 func (d DeviceList) ContainerResponseWith(env gpushare.ContainerEnv, uuids []string, tier isolation.Answer) (*pluginapi.ContainerAllocateResponse, error) {
 	resp, err := d.ContainerResponse(env, uuids)
 	if err != nil {
@@ -105,6 +132,11 @@ func (d DeviceList) ContainerResponseWith(env gpushare.ContainerEnv, uuids []str
 			return nil, fmt.Errorf("the isolation tier's variable %s is already in the answer", k)
 		}
 		resp.Envs[k] = v
+	}
+	if len(tier.Envs) > 0 && d.cdi() {
+		if err := d.addLimitsDevice(resp, env.Isolation, tier.Envs); err != nil {
+			return nil, err
+		}
 	}
 	paths := make(map[string]bool, len(resp.Mounts))
 	for _, m := range resp.Mounts {
@@ -118,6 +150,30 @@ func (d DeviceList) ContainerResponseWith(env gpushare.ContainerEnv, uuids []str
 		resp.Mounts = append(resp.Mounts, m)
 	}
 	return resp, nil
+}
+
+// addLimitsDevice ensures the limits device for the tier's variables envs is
+// in the specification and names it in resp by d's CDI strategies.
+func (d DeviceList) addLimitsDevice(resp *pluginapi.ContainerAllocateResponse, tier gpushare.Isolation, envs map[string]string) error {
+	if d.Limits == nil {
+		return fmt.Errorf("isolation tier %s under device-list strategy %s: no CDI spec directory to hand its limits to the runtime", tier, d.Strategies)
+	}
+	edits := gpushare.CDILimitsEnv(envs)
+	name := gpushare.CDILimitsDeviceName(tier, edits)
+	if err := d.Limits.Ensure(name, edits); err != nil {
+		return fmt.Errorf("isolation tier %s: its limits cannot reach the runtime as CDI device %s: %w", tier, gpushare.CDILimitsDevice(name), err)
+	}
+	q := gpushare.CDILimitsDevice(name)
+	if d.Strategies.Includes(gpushare.DeviceListCDIAnnotations) {
+		if resp.Annotations == nil {
+			resp.Annotations = map[string]string{}
+		}
+		resp.Annotations[gpushare.CDILimitsAnnotationKey] = q
+	}
+	if d.Strategies.Includes(gpushare.DeviceListCDICRI) {
+		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: q})
+	}
+	return nil
 }
 
 // id names the GPU of index index and UUID uuid by d's ID strategy.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,12 +94,19 @@ func TestContainerResponse(t *testing.T) {
 // Every strategy composes with every tier: the tier's variables join the
 // strategy's, its mounts follow, the rest of the strategy's answer is
 // untouched, and the contract's environment (GPUSHARE_ISOLATION included)
-// still reads back as the decision.
+// still reads back as the decision. Under a CDI strategy a tier with
+// variables also names the limits device holding them (in CDIDevices after
+// the GPU's for cdi-cri, in its own annotation for cdi-annotations), and the
+// specification holds it; the none tier names none.
 func TestContainerResponseWithTier(t *testing.T) {
 	const uuid = "GPU-8a3c1f0e-5d2b-4c6a-9e7f-0123456789ab"
 	cfg := isolation.Config{MPSPipeDir: "/run/gpushare/mps/pipe", MPSShmDir: "/run/gpushare/mps/shm",
 		HAMiLibrary: "/usr/local/vgpu/libvgpu.so", HAMiPreload: "/usr/local/vgpu/ld.so.preload", HAMiLockDir: "/tmp/vgpulock"}
-	for _, list := range []string{"envvar", "volume-mounts", "cdi-cri", "envvar,cdi-annotations", "volume-mounts,cdi-cri"} {
+	limits, err := server.NewLimitSpecs(server.LimitSpecsConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, list := range []string{"envvar", "volume-mounts", "cdi-cri", "cdi-annotations", "envvar,cdi-annotations", "volume-mounts,cdi-cri", "cdi-annotations,cdi-cri"} {
 		for _, tt := range []struct {
 			tier    gpushare.Isolation
 			percent int
@@ -108,7 +116,7 @@ func TestContainerResponseWithTier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := server.DeviceList{Strategies: strategies(t, list)}
+			d := server.DeviceList{Strategies: strategies(t, list), Limits: limits}
 			base, err := d.ContainerResponse(env, []string{uuid})
 			if err != nil {
 				t.Fatal(err)
@@ -120,6 +128,20 @@ func TestContainerResponseWithTier(t *testing.T) {
 			want := proto.Clone(base).(*pluginapi.ContainerAllocateResponse)
 			maps.Copy(want.Envs, tier.Envs)
 			want.Mounts = append(want.Mounts, tier.Mounts...)
+			if tt.tier != gpushare.IsolationNone {
+				edits := gpushare.CDILimitsEnv(tier.Envs)
+				name := gpushare.CDILimitsDeviceName(tt.tier, edits)
+				if d.Strategies.Includes(gpushare.DeviceListCDICRI) {
+					want.CdiDevices = append(want.CdiDevices, &pluginapi.CDIDevice{Name: "gpushare.io/limits=" + name})
+				}
+				if d.Strategies.Includes(gpushare.DeviceListCDIAnnotations) {
+					want.Annotations["cdi.k8s.io/gpushare-device-plugin_limits"] = "gpushare.io/limits=" + name
+				}
+				cdi := d.Strategies.Includes(gpushare.DeviceListCDICRI) || d.Strategies.Includes(gpushare.DeviceListCDIAnnotations)
+				if cdi && !slices.Contains(readSpec(t, limits.Path()), name+" "+strings.Join(edits, " ")) {
+					t.Errorf("%s, %s: limits device %s not in the specification %v", list, tt.tier, name, readSpec(t, limits.Path()))
+				}
+			}
 			if !proto.Equal(got, want) {
 				t.Errorf("%s, %s: answer\n  %v\nwant\n  %v", list, tt.tier, got, want)
 			}

@@ -9,4 +9,9 @@
 // ListAndWatch stream, which is how the kubelet learns the plugin went away.
 // The server holds no pod logic: Allocate is delegated to an injected
 // Allocator, and the device list is pushed in with SetDevices.
+//
+// DeviceList shapes one container's answer by the device-list strategy; under
+// the CDI strategies it also names a device of the plugin's own CDI
+// specification (LimitSpecs) whose edits are the isolation tier's variables,
+// which a CDI runtime applies after the container's own environment.
 package server
