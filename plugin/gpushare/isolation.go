@@ -46,6 +46,12 @@ const (
 	EnvHAMiMemoryLimit = "CUDA_DEVICE_MEMORY_LIMIT"
 	EnvHAMiSMLimit     = "CUDA_DEVICE_SM_LIMIT"
 	EnvHAMiSharedCache = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+	// EnvHAMiDisableControl "true" turns HAMi-core off in the container, and
+	// EnvHAMiCorePolicy "disable" ignores its SM limit: the answer sets both
+	// to their defaults so that, where the runtime applies the answer last
+	// (the CDI strategies), a pod's own value cannot lift its limits.
+	EnvHAMiDisableControl = "CUDA_DISABLE_CONTROL"
+	EnvHAMiCorePolicy     = "GPU_CORE_UTILIZATION_POLICY"
 )
 
 // Paths inside a container that the tiers' answers mount (contract section

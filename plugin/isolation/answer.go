@@ -172,10 +172,13 @@ func hamiCore(cfg Config, r Request) (Answer, error) {
 	if err := absolute("the container's HAMi-core cache directory", r.CacheDir); err != nil {
 		return Answer{}, err
 	}
+	limit := strconv.FormatUint(mib, 10) + "m"
 	a := Answer{
 		Envs: map[string]string{
-			gpushare.EnvHAMiMemoryLimit: strconv.FormatUint(mib, 10) + "m",
-			gpushare.EnvHAMiSharedCache: gpushare.HAMiContainerCacheFile,
+			gpushare.EnvHAMiMemoryLimit:    limit,
+			gpushare.EnvHAMiSharedCache:    gpushare.HAMiContainerCacheFile,
+			gpushare.EnvHAMiDisableControl: "false",
+			gpushare.EnvHAMiCorePolicy:     "default",
 		},
 		Mounts: []*pluginapi.Mount{
 			{ContainerPath: gpushare.HAMiContainerLibrary, HostPath: cfg.HAMiLibrary, ReadOnly: true},
@@ -183,6 +186,11 @@ func hamiCore(cfg Config, r Request) (Answer, error) {
 			{ContainerPath: gpushare.HAMiContainerLockDir, HostPath: cfg.HAMiLockDir},
 			{ContainerPath: gpushare.HAMiContainerCacheDir, HostPath: r.CacheDir},
 		},
+	}
+	// A per-device limit overrides the unsuffixed one for that ordinal; the
+	// container sees its GPUs as ordinals 0..k-1, each with the same limit.
+	for k := range r.Env.Set().Len() {
+		a.Envs[gpushare.EnvHAMiMemoryLimit+"_"+strconv.Itoa(k)] = limit
 	}
 	if r.Env.ComputePercent > 0 {
 		a.Envs[gpushare.EnvHAMiSMLimit] = strconv.Itoa(r.Env.ComputePercent)

@@ -53,10 +53,12 @@ func TestFor(t *testing.T) {
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"},
 			Mounts: mpsMounts}},
 		{"hami-core, GiB", isolation.Request{Env: env("hami-core", 40, 0), UUIDs: []string{uuid}, Unit: gpushare.GiB, CacheDir: cacheDir}, isolation.Answer{
-			Envs:   map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "40960m", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache"},
+			Envs: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "40960m", "CUDA_DEVICE_MEMORY_LIMIT_0": "40960m", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache",
+				"CUDA_DISABLE_CONTROL": "false", "GPU_CORE_UTILIZATION_POLICY": "default"},
 			Mounts: hamiMounts}},
 		{"hami-core, MiB, compute share, no UUID needed", isolation.Request{Env: env("hami-core", 1500, 100), Unit: gpushare.MiB, CacheDir: cacheDir}, isolation.Answer{
-			Envs: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "1500m", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache",
+			Envs: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "1500m", "CUDA_DEVICE_MEMORY_LIMIT_0": "1500m", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache",
+				"CUDA_DISABLE_CONTROL": "false", "GPU_CORE_UTILIZATION_POLICY": "default",
 				"CUDA_DEVICE_SM_LIMIT": "100"},
 			Mounts: hamiMounts}},
 	} {

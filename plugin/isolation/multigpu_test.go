@@ -32,7 +32,8 @@ func TestForMultiGPU(t *testing.T) {
 			map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/run/gpushare/mps/pipe", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=768M,1=768M", "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}},
 		{"hami-core, 8 GiB over two GPUs", isolation.Request{Env: multiEnv("hami-core", 8, 0), UUIDs: []string{"GPU-a", "GPU-b"}, Unit: gpushare.GiB, CacheDir: cacheDir},
-			map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "4096m", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache"}},
+			map[string]string{"CUDA_DEVICE_MEMORY_LIMIT": "4096m", "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m", "CUDA_DEVICE_MEMORY_LIMIT_1": "4096m",
+				"CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/gpushare/cudevshr.cache", "CUDA_DISABLE_CONTROL": "false", "GPU_CORE_UTILIZATION_POLICY": "default"}},
 	} {
 		got, err := isolation.For(cfg, tt.req)
 		if err != nil || !maps.Equal(got.Envs, tt.want) {

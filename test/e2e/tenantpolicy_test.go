@@ -68,6 +68,7 @@ func TestTenantPolicies(t *testing.T) {
 			gpushare.EnvHAMiMemoryLimit, gpushare.EnvHAMiMemoryLimit + "_0", gpushare.EnvHAMiSharedCache, gpushare.EnvHAMiSMLimit,
 			gpushare.EnvMPSPinnedDeviceMemLimit, gpushare.EnvMPSPipeDirectory, gpushare.EnvMPSActiveThreadPercentage, "CUDA_MPS_LOG_DIRECTORY",
 			gpushare.EnvVisibleDevices, gpushare.EnvGPUIndex, gpushare.EnvContainerUnits, gpushare.EnvIsolation, gpushare.EnvDisableIsolation,
+			gpushare.EnvHAMiDisableControl, gpushare.EnvHAMiCorePolicy,
 		} {
 			p := tenantPod("sets", "tenant", "", corev1.EnvVar{Name: name, Value: "x"})
 			wantRefused(t, create(ctx, p), tenantEnvPolicy, "sets "+name+" in env")

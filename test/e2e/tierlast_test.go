@@ -108,8 +108,11 @@ func (n *tierLastNode) pluginValues(units uint64, share int) map[string]string {
 		return v
 	default:
 		v := map[string]string{
-			gpushare.EnvHAMiMemoryLimit: mib + "m",
-			gpushare.EnvHAMiSharedCache: gpushare.HAMiContainerCacheFile,
+			gpushare.EnvHAMiMemoryLimit:        mib + "m",
+			gpushare.EnvHAMiMemoryLimit + "_0": mib + "m",
+			gpushare.EnvHAMiSharedCache:        gpushare.HAMiContainerCacheFile,
+			gpushare.EnvHAMiDisableControl:     "false",
+			gpushare.EnvHAMiCorePolicy:         "default",
 		}
 		if share > 0 {
 			v[gpushare.EnvHAMiSMLimit] = strconv.Itoa(share)
@@ -130,10 +133,13 @@ func lifted(tier gpushare.Isolation) map[string]string {
 		}
 	}
 	return map[string]string{
-		gpushare.EnvHAMiMemoryLimit: "200g",
-		gpushare.EnvHAMiSharedCache: "/tmp/my-own.cache",
-		gpushare.EnvHAMiSMLimit:     "100",
-		gpushare.EnvVisibleDevices:  "all",
+		gpushare.EnvHAMiMemoryLimit:        "200g",
+		gpushare.EnvHAMiMemoryLimit + "_0": "200g",
+		gpushare.EnvHAMiSharedCache:        "/tmp/my-own.cache",
+		gpushare.EnvHAMiSMLimit:            "100",
+		gpushare.EnvHAMiDisableControl:     "true",
+		gpushare.EnvHAMiCorePolicy:         "disable",
+		gpushare.EnvVisibleDevices:         "all",
 	}
 }
 
