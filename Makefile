@@ -14,6 +14,9 @@ export GOTOOLCHAIN := local
 # go-nvml's header marks the NVML calls deprecated in CUDA 13 that its bindings still wrap; every cgo
 # build of the device plugin would print hundreds of lines of -Wdeprecated-declarations about them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+# make check builds the test bed in the background beside the unit tests; its output goes here and
+# is printed when the build fails.
+BED_LOG ?= bin/bed-build.log
 # make demo runs the built program itself, not `go run`: go run dies on SIGTERM and would leave the
 # demo running without a parent, and make then forwards SIGTERM straight to the demo.
 DEMO_BIN ?= bin/localcluster
@@ -43,7 +46,19 @@ e2e: ## End-to-end tests on a real local cluster (builds the test bed first, cac
 	bash test/bed/build.sh
 	$(GO) test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./test/...
 
-check: test e2e ## All tests: what CI runs
+check: ## All tests: what CI runs (the test bed builds in the background beside the unit tests; log in BED_LOG)
+	@mkdir -p $(dir $(BED_LOG))
+	@echo "building the test bed in the background (log: $(BED_LOG)) while the unit tests run"
+	@setsid bash test/bed/build.sh >$(BED_LOG) 2>&1 & bed=$$!; \
+	trap 'kill -- -$$bed 2>/dev/null || kill $$bed 2>/dev/null' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	start=$$(date +%s); \
+	if ! $(MAKE) --no-print-directory test; then \
+		echo "check: the unit tests failed after $$(( $$(date +%s) - start ))s; the test bed build is stopped"; exit 1; \
+	fi; \
+	echo "check: unit tests passed in $$(( $$(date +%s) - start ))s; waiting for the test bed build"; \
+	if ! wait $$bed; then echo "check: the test bed build failed; its log ($(BED_LOG)):"; cat $(BED_LOG); exit 1; fi; \
+	echo "check: test bed ready after $$(( $$(date +%s) - start ))s:"; sed 's/^/  /' $(BED_LOG) | grep -v 'still building'
+	$(MAKE) --no-print-directory e2e
 
 demo: ## Build the programs, start a local cluster with hollow GPU nodes, our extender and plugins, run the samples, print kubectl inspect gpushare (Ctrl-C stops)
 	@mkdir -p $(dir $(DEMO_BIN))
