@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the test bed's binaries (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, hollow-kubelet, fake-cri) from the
-# Go module proxy, pinned by this module's go.mod, into a cache outside the repository:
+# Builds the test bed's binaries (etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
+# hollow-kubelet, fake-cri) from the Go module proxy, pinned by this module's go.mod, into a cache
+# outside the repository:
 #
 #   $GPUSHARE_BED_CACHE/<k8s version>-<hash of go.mod, go.sum, sources, Go version>/
 #
 # (GPUSHARE_BED_CACHE defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpushare-bed). A directory that is
 # already complete is reused without compiling anything, so a second run or a fresh clone on the same
-# machine costs milliseconds. The last line printed is the binaries' directory.
+# machine costs milliseconds. One build runs at a time per cache (a lock): a second caller waits
+# for it, then finds the binaries complete. The last line printed is the binaries' directory.
 #
 # Env: GPUSHARE_BED_CACHE (see above); BED_COMPONENTS (default: all six).
 set -euo pipefail
@@ -21,6 +23,14 @@ hash=$( { go env GOVERSION; cat build.sh go.mod go.sum; find cmd -name '*.go' | 
   | sha256sum | cut -c1-16)
 out=$cache/$k8s-$hash
 complete() { for c in $components; do [ -x "$out/$c" ] || return 1; done; }
+if complete; then echo "$out"; exit 0; fi
+# make check's background build, CI's early one and test processes calling Binaries() can start
+# together; two go builds of one component would write the same temporary file.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+if command -v flock >/dev/null; then
+  flock -n 9 || { echo "waiting for another build of the test bed in $cache" >&2; flock 9; }
+fi
 if complete; then echo "$out"; exit 0; fi
 
 # A private build cache: another job cleaning the shared one mid-build breaks a 4-minute link.

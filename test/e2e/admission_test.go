@@ -55,6 +55,7 @@ type policyRefusal struct {
 // ServiceAccount without a node claim write nothing. Each refused write is made again by the
 // admin (dry run), whom the policy does not match, and passes: the refusal is the policy's.
 func TestDevicePluginAdmission(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
 	applyPluginObjects(t, c)

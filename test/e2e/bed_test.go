@@ -95,6 +95,7 @@ func gpuPod(name string, units int64, nodeSelector map[string]string) *corev1.Po
 // The scheduler sends a pod asking for gpu-mem to the extender named in its configuration, and the
 // extender's bind is what binds it.
 func TestBedSchedulerCallsExtender(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	ext := &recordingExtender{}
 	srv := httptest.NewServer(ext.handler())
@@ -131,6 +132,7 @@ func TestBedSchedulerCallsExtender(t *testing.T) {
 // Node's capacity), a pod scheduled there gets Allocate called and runs, and a kubelet restart
 // wipes plugin sockets, restores the device checkpoint and waits for the plugin to come back.
 func TestBedDevicePluginAndKubeletRestart(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c := cluster.StartT(t, cluster.Config{})
 	kubelet, err := c.AddKubelet(ctx, "hollow-gpu", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})

@@ -28,6 +28,7 @@ import (
 // extender has freed every unit; and the ResourceClaim controller makes a pod's claim from its
 // template.
 func TestControllers(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := startSystem(t)
 	b.addNode(t, "ctl-a100", "simulated:dgxa100")

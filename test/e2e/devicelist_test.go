@@ -164,6 +164,7 @@ type dlPhase struct {
 // that specification's void under cdi-cri, and with its own all under volume-mounts (where the
 // runtime must read the mount and ignore the variable).
 func TestPluginDeviceListStrategies(t *testing.T) {
+	t.Parallel()
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	gpus, err := sim.Devices()
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 // GPUShareAllocateRefused on its Node for a hand-bound pod it cannot place; and GPUUnhealthy on
 // its Node when a simulated GPU reports an Xid.
 func TestEvents(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := startSystem(t)
 	sim := simulator(t, "simulated:dgxh100")

@@ -273,8 +273,15 @@ func unschedulable(p *corev1.Pod) string {
 	return ""
 }
 
-func TestExtenderBurst(t *testing.T)        { runBurst(t, false) }
-func TestExtenderBurstRestart(t *testing.T) { runBurst(t, true) }
+func TestExtenderBurst(t *testing.T) {
+	t.Parallel()
+	runBurst(t, false)
+}
+
+func TestExtenderBurstRestart(t *testing.T) {
+	t.Parallel()
+	runBurst(t, true)
+}
 
 // runBurst creates 500 pods at once on 50 nodes through the real kube-scheduler
 // and the in-process extender (restarted mid-burst when restart is set), then

@@ -43,6 +43,7 @@ func (h haTimings) args() []string {
 // is ready from then on (the killed one, restarted, comes back as a standby), every pod ends bound
 // or pending with a reason, and no GPU is over-committed.
 func TestExtenderHAKill(t *testing.T) {
+	t.Parallel()
 	// A renew deadline under 3s lets a starved machine (the bed, a burst, other builds on 2 cores)
 	// delay a renewal past it: the leader then rightly stops serving for a moment, and the
 	// "exactly one ready" check fails for the machine's sake, not the extender's.
@@ -63,6 +64,7 @@ func TestExtenderHAKill(t *testing.T) {
 // serving, lets its running requests finish and releases the Lease, so the standby takes over
 // within a retry period or two instead of waiting out the (long) lease duration.
 func TestExtenderHAGracefulStop(t *testing.T) {
+	t.Parallel()
 	h := haTimings{lease: 10 * time.Second, renew: 7 * time.Second, retry: 500 * time.Millisecond}
 	takeover := runHA(t, h, 150, func(p *cluster.Program) { p.Stop(20 * time.Second) })
 	t.Logf("takeover after SIGTERM: %v (lease %v, retry %v)", takeover.Round(time.Millisecond), h.lease, h.retry)

@@ -192,12 +192,14 @@ func (b *halfBed) nudge(name string) {
 // TestLostBindAnswerDropped: the API server commits a's Binding but the extender never gets the
 // answer (its connection is reset). a stays bound, its GPU stays charged, and b is kept off it.
 func TestLostBindAnswerDropped(t *testing.T) {
+	t.Parallel()
 	runLostBindAnswer(t, cluster.Fault{Kind: cluster.DropAnswer})
 }
 
 // TestLostBindAnswer503: as TestLostBindAnswerDropped, but the extender gets a 503 for the
 // Binding the API server committed.
 func TestLostBindAnswer503(t *testing.T) {
+	t.Parallel()
 	runLostBindAnswer(t, cluster.Fault{Kind: cluster.ErrorAnswer, Code: 503})
 }
 
@@ -225,6 +227,7 @@ func runLostBindAnswer(t *testing.T, fault cluster.Fault) {
 // in time. a's charge must survive the TTL (the extender can ask the API server), and b, arriving
 // after the TTL, must be kept off a's GPU.
 func TestStalledWatchPastAssumeTTL(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	start := time.Now()
 	b := startHalfBed(t, "-assume-ttl="+ttl.String())
@@ -249,6 +252,7 @@ func TestStalledWatchPastAssumeTTL(t *testing.T) {
 // the late commit would put 10 units on 8. Every Binding of a is treated so, so a retried bind
 // cannot place a elsewhere first.
 func TestLateBindingCommit(t *testing.T) {
+	t.Parallel()
 	const late = 20 * time.Second
 	start := time.Now()
 	b := startHalfBed(t)

@@ -35,6 +35,7 @@ const helmRendered = "../helm/testdata/e2e.yaml"
 // runs as the chart's second scheduler (its ConfigMap, arguments and RBAC), and a pod of the
 // sample Deployment's template goes through it to Running with its GPU allocated.
 func TestHelmChart(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	dir, err := manifests.Dir()
 	if err != nil {

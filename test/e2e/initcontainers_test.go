@@ -60,6 +60,7 @@ func plainInitPod(name, node string, initUnits, mainUnits int64, gpu int, devUni
 // annotations name in the kubelet's checkpoint. Then a second round of the same sizes on another
 // GPU: it is only placeable, by the extender's rule, once the first round left the in-flight set.
 func TestPluginPlainInitContainers(t *testing.T) {
+	t.Parallel()
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	startPlugin(t, c.Client(), kubelet, sim, 10*time.Second).waitRegistered(t)
 	waitCapacity(t, c, kubelet.Name(), int64(8*devUnits))
@@ -97,6 +98,7 @@ func TestPluginPlainInitContainers(t *testing.T) {
 // scheduler did; the pods that fit run. A pod bound by hand to a one-GPU node without any
 // annotation counts too.
 func TestPluginRefusesOvercommit(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	startPlugin(t, c.Client(), kubelet, sim, 2*time.Second).waitRegistered(t)
@@ -129,6 +131,7 @@ func TestPluginRefusesOvercommit(t *testing.T) {
 // the API server is reachable again the pod must be ASSIGNED=true within 30 s, with the
 // environment the kubelet gave it.
 func TestPluginRecordRepairedAfterOutage(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	proxy, err := c.StartFaultProxy("plugin-outage", "gpushare-test-plugin", "system:masters")

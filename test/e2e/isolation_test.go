@@ -137,6 +137,7 @@ func hamiFiles(t *testing.T, dir string) isolation.Config {
 // GPU falls back to none in gpushare.io/gpus, a pod that needs mps is not placed, and a pod bound
 // there by hand is refused by Allocate rather than run without its limit.
 func TestIsolationTiers(t *testing.T) {
+	t.Parallel()
 	tb := startTierBed(t)
 	burst := tierBurst()
 	objs := make([]*corev1.Pod, 0, len(burst))

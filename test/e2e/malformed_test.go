@@ -23,6 +23,7 @@ import (
 // checks each gets a clear reason where Kubernetes lets us give one, and that none of them
 // disturbs the accounting of a well-formed pod running beside them.
 func TestMalformedPods(t *testing.T) {
+	t.Parallel()
 	b := startSystem(t)
 	b.addNode(t, "h100", "simulated:dgxh100")
 	ctx := t.Context()

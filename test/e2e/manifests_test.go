@@ -53,6 +53,7 @@ const (
 // a pod of the sample Deployment's template through the second; both must be bound by our
 // extender, allocated by our plugin and Running.
 func TestManifests(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	dir, err := manifests.Dir()
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 // is filtered and bound through it; the same scheduler without its client certificate is refused
 // (401) and binds nothing; a certificate that may only read gets /metrics and not the verbs.
 func TestMutualTLSShipped(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	dir, err := manifests.Dir()
 	if err != nil {

@@ -78,6 +78,7 @@ func multiBurst() []multiPod {
 // annotations (whole GPU set included), every GPU's total adds up in annotations, checkpoints,
 // inspector and extender, every set has its count of GPUs, and required sets are all NVLink.
 func TestMultiGPUTopology(t *testing.T) {
+	t.Parallel()
 	b := startSystem(t)
 	for name, backend := range topologyNodes {
 		b.addNode(t, name, backend)

@@ -229,6 +229,7 @@ func (p *naivePlugin) start(t *testing.T) {
 // more pods annotated onto a GPU that cannot hold them all run on it. The same checks that pass
 // in TestPluginManyPodsRaceFree and TestPluginRefusesOvercommit must report exactly these.
 func TestNegativeControlChecksCatchSwapAndOvercommit(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
 	kubelet, err := c.AddKubelet(ctx, "gpu-0", cluster.KubeletOptions{})

@@ -288,6 +288,7 @@ func waitCapacity(t *testing.T, c *cluster.Cluster, node string, units int64) ti
 // shows every container with exactly the GPU its pod's annotations name. The annotations obey the
 // extender's rule: among in-flight pods, equal container sizes have equal signatures.
 func TestPluginManyPodsRaceFree(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxh100")
 	p := startPlugin(t, c.Client(), kubelet, sim, 10*time.Second)
@@ -350,6 +351,7 @@ func countContainers(specs []podSpec) int {
 // (timed), capacity comes back, running pods keep their devices, and the rest still start. Then a
 // plugin restart: nothing is lost and new pods still start right.
 func TestPluginKubeletAndPluginRestart(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxa100")
 	total := int64(8 * devUnits)
@@ -432,6 +434,7 @@ func assertRunning(t *testing.T, client kubernetes.Interface, pods map[string]*c
 // The seed behaviour (one GPU, no extender annotations) works, and a pod that matches nothing
 // fails with the kubelet's UnexpectedAdmissionError carrying our message, never a bogus device.
 func TestPluginSeedAndNoMatch(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
 	labels := map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}

@@ -68,6 +68,7 @@ type preemptStep struct {
 // left evicts nothing. After every step every GPU's total adds up in annotations and checkpoints,
 // and every container's env equals its annotations.
 func TestPreemptionFreesOneGPU(t *testing.T) {
+	t.Parallel()
 	b := startSystem(t)
 	b.runPreemption(t, []preemptStep{
 		{"h80", "gs-high", 80, []string{"a1", "a2"}, 0},
@@ -90,6 +91,7 @@ func TestPreemptionFreesOneGPU(t *testing.T) {
 // dropped d1 (it holds gpu-mem) for the cheapest GPU victim, a low 40 of GPU 0; the pod, still
 // short of CPU, preempted again and two pods were evicted where one was needed.
 func TestPreemptionKeepsTheSchedulersCPUVictim(t *testing.T) {
+	t.Parallel()
 	b := startSystem(t)
 	cpu := func(p *corev1.Pod) {
 		if p.Name == "d1" || p.Name == "hcpu" {
@@ -111,6 +113,7 @@ func TestPreemptionKeepsTheSchedulersCPUVictim(t *testing.T) {
 // pods the scheduler saw deleted before the plugin's watch did are not counted again (they made it
 // preempt a second time in three runs of four before the plugin released them).
 func TestPluginModePreemption(t *testing.T) {
+	t.Parallel()
 	b := startPluginSystem(t)
 	b.runPreemption(t, []preemptStep{
 		{"h80", "gs-high", 80, []string{"c1", "c2", "c3", "c4"}, 2},

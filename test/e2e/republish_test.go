@@ -59,6 +59,7 @@ func wipeNode(ctx context.Context, client kubernetes.Interface, name string) (*c
 // kubelet restarts: the plugin registers again and both come back, without
 // restarting the plugin.
 func TestPluginRepublishesNodeAfterKubeletRestart(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, kubelet, sim, devUnits := gpuNode(t, "simulated:dgxa100")
 	units := int64(8 * devUnits)
@@ -92,6 +93,7 @@ func TestPluginRepublishesNodeAfterKubeletRestart(t *testing.T) {
 
 // A GPU in MIG mode is not advertised, not counted, and the node names it.
 func TestPluginSkipsMIGGPU(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
 	kubelet, err := c.AddKubelet(ctx, "mig-0", cluster.KubeletOptions{Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}})

@@ -80,6 +80,7 @@ func grantPluginRole(t testing.TB, c *cluster.Cluster, dir string) {
 // the same in annotations, checkpoints, inspector and the extender's view, and the hold-back rule
 // exercised (the scheduler's events name the pods waited for).
 func TestPluginModeBurst(t *testing.T) {
+	t.Parallel()
 	b := startPluginSystem(t)
 	b.addNode(t, "h200", "simulated:dgxh200")
 	specs := h200Burst()
@@ -140,6 +141,7 @@ func (b *systemBed) runStream(t *testing.T, stream []multiPod) map[string]string
 // through gpushare-scheduler, each on a fresh node of the same machine: every pod gets the same
 // GPUs in both modes.
 func TestModesPlaceAlike(t *testing.T) {
+	t.Parallel()
 	stream := placementStream()
 	got := map[string]map[string]string{}
 	for _, mode := range []struct {

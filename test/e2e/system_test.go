@@ -645,6 +645,7 @@ func (b *systemBed) extenderDiff(want perGPU) string {
 // container's checkpoint env names exactly the GPU its pod's annotations name. Then issue 5's
 // check on the same cluster: inspector = extender = checkpoints.
 func TestSystemBurst(t *testing.T) {
+	t.Parallel()
 	b := startSystem(t)
 	node := b.addNode(t, "h200", "simulated:dgxh200")
 	for _, g := range node.gpus.GPUs {
@@ -713,6 +714,7 @@ func checkSpread(t *testing.T, v verified) {
 // admission. The plugin re-registers (timed), capacity comes back, the running pods keep their
 // devices and env in the checkpoint, the rest still start, and the same invariants hold.
 func TestSystemKubeletRestart(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := startSystem(t)
 	b.kubeletAPILimits = true // as a real kubelet runs: it re-admits its pods at once after a restart
@@ -796,6 +798,7 @@ func TestSystemKubeletRestart(t *testing.T) {
 // Issue 5's check on mixed hardware: two hollow nodes with simulated:mixed GPUs (two H100s, two
 // A100 40GB each), a burst of pods over both, then inspector = extender = checkpoints per GPU.
 func TestSystemMixedInspect(t *testing.T) {
+	t.Parallel()
 	b := startSystem(t)
 	for _, name := range []string{"mixed-a", "mixed-b"} {
 		n := b.addNode(t, name, "simulated:mixed")

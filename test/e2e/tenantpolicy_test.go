@@ -31,6 +31,7 @@ const (
 // its namespace opts in; and nobody but the device plugin can change a bound pod's GPU record. Every
 // refusal names the variable or the annotation and the reason; ordinary pods and edits pass.
 func TestTenantPolicies(t *testing.T) {
+	t.Parallel()
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
 	applied := applyShipped(t, c, func(o *unstructured.Unstructured) bool {
 		return o.GetName() == tenantEnvPolicy || o.GetName() == boundRecordPolicy

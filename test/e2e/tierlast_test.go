@@ -190,6 +190,7 @@ func (n *tierLastNode) tierLastPods(prefix string, phase int) []*corev1.Pod {
 // a plugin whose CDI specification cannot be written refuses Allocate with the reason, and the pod
 // fails rather than run with a limit it could lift.
 func TestTierVariablesAppliedLast(t *testing.T) {
+	t.Parallel()
 	c := cluster.StartT(t, cluster.Config{NoScheduler: true})
 	// MPS pipe paths are bounded by the unix socket path limit: a short directory of our own.
 	dir, err := os.MkdirTemp("", "gslast")

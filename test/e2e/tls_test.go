@@ -28,6 +28,7 @@ import (
 // tlsConfig.caFile, filters and binds a GPU pod through it. A plain-HTTP client to the port gets
 // no extender answer, and a rotated certificate is served without a restart.
 func TestExtenderHTTPS(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	own, err := cluster.OwnBinaries(t.TempDir(), false)
 	if err != nil {

@@ -23,6 +23,7 @@ const extenderDown = 5 * time.Second
 // TestExtenderUnreachable stops the extender while pods arrive: they wait with the scheduler's
 // reason naming the extender, and once it is back they are placed, none over-committing a GPU.
 func TestExtenderUnreachable(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	addr := "127.0.0.1:" + freeLoopbackPort(t)
 	c, client, _, sizes := startBurstBed(t)
