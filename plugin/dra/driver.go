@@ -1,0 +1,234 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpushare/gpushare/plugin/dra/prepare"
+	"github.com/gpushare/gpushare/plugin/dra/slice"
+	"github.com/gpushare/gpushare/plugin/dra/store"
+	"github.com/gpushare/gpushare/plugin/gpushare"
+)
+
+// Driver implements kubeletplugin.DRAPlugin: it prepares claims on the
+// node's GPUs by writing their CDI specifications and checkpoints what it
+// answered, so a repeated call (the kubelet's or a restarted driver's)
+// answers the same.
+type Driver struct {
+	log   *zap.Logger
+	pool  string // this node's pool: its name
+	node  *node
+	store *store.Store
+	cfg   prepare.Config
+	// onError handles the helper's background errors (HandleError).
+	onError func(ctx context.Context, err error, msg string)
+
+	mu sync.Mutex // serializes Prepare and Unprepare with the checkpoint
+	// prepared is the checkpoint's content; nil until loaded.
+	prepared map[types.UID]store.Claim
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// newDriver loads the checkpoint of st.
+func newDriver(log *zap.Logger, pool string, n *node, st *store.Store, cfg prepare.Config) (*Driver, error) {
+	prepared, err := st.Load()
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{log: log, pool: pool, node: n, store: st, cfg: cfg, prepared: prepared}
+	d.onError = func(_ context.Context, err error, msg string) { d.log.Error(msg, zap.Error(err)) }
+	return d, nil
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. A claim in the
+// checkpoint gets its checkpointed answer again (its specification written
+// anew if it went missing), whatever the GPUs' state now: its containers
+// may already run with it. Any other claim is checked against the GPUs now
+// and, if servable, written and checkpointed before it is answered.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		if c == nil {
+			continue
+		}
+		res, err := d.prepareOne(c)
+		if err != nil {
+			d.log.Warn("claim not prepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)), zap.Error(err))
+			res = kubeletplugin.PrepareResult{Err: err}
+		}
+		out[c.UID] = res
+	}
+	return out, nil
+}
+
+// prepareOne prepares one claim.
+func (d *Driver) prepareOne(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
+	if done, ok := d.prepared[c.UID]; ok {
+		if err := d.store.WriteSpec(c.UID, done.Spec); err != nil {
+			return kubeletplugin.PrepareResult{}, err
+		}
+		return d.result(done), nil
+	}
+	shares, err := prepare.Shares(c, gpushare.DRADriverName, d.pool, d.cfg.Unit)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	if err := prepare.Overcommit(d.sharesByClaim(), shares, d.capacity()); err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	claim := prepare.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
+	if d.node.tierStatus().Tier == gpushare.IsolationHAMiCore {
+		claim.CacheDir = filepath.Join(d.cfg.Isolation.HAMiCacheRoot, "claim-"+string(c.UID))
+	}
+	ans, err := prepare.Build(claim, shares, d.node.prepareView(), d.cfg)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	done := store.Claim{Namespace: c.Namespace, Name: c.Name, Shares: shares, CDIDevices: ans.CDIDevices, Spec: ans.Spec, CacheDir: claim.CacheDir}
+	if err := d.commit(c.UID, done); err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	d.log.Info("claim prepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)),
+		zap.Strings("cdiDevices", ans.CDIDevices), zap.Uint64("units", ans.Env.ContainerUnits), zap.String("isolation", string(ans.Env.Isolation)))
+	return d.result(done), nil
+}
+
+// commit creates the claim's cache directory, writes its specification and
+// then the checkpoint: a crash in between leaves files the next Unprepare
+// of that UID removes, never a checkpointed claim without its files.
+func (d *Driver) commit(uid types.UID, done store.Claim) error {
+	if done.CacheDir != "" {
+		// Every container user must be able to write HAMi-core's cache.
+		if err := os.MkdirAll(done.CacheDir, 0o777); err != nil {
+			return fmt.Errorf("create the claim's HAMi-core cache directory: %w", err)
+		}
+		if err := os.Chmod(done.CacheDir, 0o777); err != nil {
+			return fmt.Errorf("create the claim's HAMi-core cache directory: %w", err)
+		}
+	}
+	if err := d.store.WriteSpec(uid, done.Spec); err != nil {
+		return err
+	}
+	next := maps.Clone(d.prepared)
+	next[uid] = done
+	if err := d.store.Save(next); err != nil {
+		return err
+	}
+	d.prepared = next
+	return nil
+}
+
+// result is the kubelet's answer for a prepared claim: one device per
+// share, and the claim's CDI devices on the first only, so a container
+// gets them once whichever way it names the claim.
+func (d *Driver) result(c store.Claim) kubeletplugin.PrepareResult {
+	res := kubeletplugin.PrepareResult{Devices: make([]kubeletplugin.Device, 0, len(c.Shares))}
+	for i, s := range c.Shares {
+		dev := kubeletplugin.Device{Requests: []string{s.Request}, PoolName: s.Pool, DeviceName: s.Device, ShareID: s.ShareID}
+		if i == 0 {
+			dev.CDIDeviceIDs = slices.Clone(c.CDIDevices)
+		}
+		res.Devices = append(res.Devices, dev)
+	}
+	return res
+}
+
+// sharesByClaim is every prepared claim's shares.
+func (d *Driver) sharesByClaim() map[types.UID][]prepare.Share {
+	out := make(map[types.UID][]prepare.Share, len(d.prepared))
+	for uid, c := range d.prepared {
+		out[uid] = c.Shares
+	}
+	return out
+}
+
+// capacity is each GPU's capacity in units, by device name.
+func (d *Driver) capacity() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, g := range d.node.publish() {
+		if name, err := slice.DeviceName(g.UUID); err == nil {
+			out[name] = slice.CapacityUnits(g.MemoryMiB, d.cfg.Unit)
+		}
+	}
+	return out
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. It removes
+// the claim's specification and cache directory by its UID, checkpointed
+// or not, so a claim prepared by a driver that crashed before its
+// checkpoint is cleaned up too; an unknown claim succeeds.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.unprepareOne(c.UID)
+		if out[c.UID] == nil {
+			d.log.Info("claim unprepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)))
+		}
+	}
+	return out, nil
+}
+
+// unprepareOne removes one claim's files, then its checkpoint entry.
+func (d *Driver) unprepareOne(uid types.UID) error {
+	if !validUID(uid) {
+		return fmt.Errorf("claim UID %q cannot name a file", uid)
+	}
+	if err := d.store.RemoveSpec(uid); err != nil {
+		return err
+	}
+	dir := d.prepared[uid].CacheDir
+	if dir == "" && d.cfg.Isolation.HAMiCacheRoot != "" {
+		dir = filepath.Join(d.cfg.Isolation.HAMiCacheRoot, "claim-"+string(uid))
+	}
+	if dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove the claim's HAMi-core cache directory: %w", err)
+		}
+	}
+	if _, ok := d.prepared[uid]; !ok {
+		return nil
+	}
+	next := maps.Clone(d.prepared)
+	delete(next, uid)
+	if err := d.store.Save(next); err != nil {
+		return err
+	}
+	d.prepared = next
+	return nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Every error the helper
+// reports is logged; none stops the driver, since publishing retries and
+// a gRPC server that failed is restarted by the kubelet's next connection.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	d.onError(ctx, err, msg)
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin. Device health
+// reaches the scheduler through the slice's taints; reporting it to the
+// kubelet (the pods' allocatedResourcesStatus) is not built yet.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+// uidName is what a claim UID must look like before it names a file: no
+// separator, nothing that leaves the directory.
+var uidName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+
+func validUID(uid types.UID) bool { return uidName.MatchString(string(uid)) }
