@@ -2,6 +2,9 @@
 GO         ?= go
 FUZZTIME   ?= 3s
 E2E_TIMEOUT ?= 30m
+# End-to-end tests marked t.Parallel (each starts its own cluster) run this many at a time; 1 runs
+# them one by one.
+E2E_PARALLEL ?= 2
 # make bench: BENCH_COUNT runs of each in-process benchmark, each of -benchtime BENCHTIME; BENCH_E2E_COUNT runs of
 # the test-bed scheduling throughput, each one round alone and one with the extender (-benchtime=1x); raw output in BENCH_RAW.
 BENCH_COUNT     ?= 5
@@ -44,7 +47,7 @@ fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIM
 
 e2e: ## End-to-end tests on a real local cluster (builds the test bed first, cached)
 	bash test/bed/build.sh
-	$(GO) test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./test/...
+	$(GO) test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -parallel $(E2E_PARALLEL) ./test/...
 
 check: ## All tests: what CI runs (the test bed builds in the background beside the unit tests; log in BED_LOG)
 	@mkdir -p $(dir $(BED_LOG))
