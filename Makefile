@@ -60,7 +60,7 @@ check: ## All tests: what CI runs (the test bed builds in the background beside 
 	fi; \
 	echo "check: unit tests passed in $$(( $$(date +%s) - start ))s; waiting for the test bed build"; \
 	if ! wait $$bed; then echo "check: the test bed build failed; its log ($(BED_LOG)):"; cat $(BED_LOG); exit 1; fi; \
-	echo "check: test bed ready after $$(( $$(date +%s) - start ))s:"; sed 's/^/  /' $(BED_LOG) | grep -v 'still building'
+	echo "check: test bed ready after $$(( $$(date +%s) - start ))s:"; grep -v 'still building' $(BED_LOG) | sed 's/^/  /'
 	$(MAKE) --no-print-directory e2e
 
 demo: ## Build the programs, start a local cluster with hollow GPU nodes, our extender and plugins, run the samples, print kubectl inspect gpushare (Ctrl-C stops)
