@@ -52,6 +52,7 @@ type options struct {
 	deviceList   server.DeviceList
 	cdiSpecDir   string
 	isolation    isolationOptions
+	dra          draOptions
 	logLevel     zapcore.Level
 	node         string
 }
@@ -86,6 +87,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		"("+gpushare.CDILimitsSpecFile+"), whose devices hand an isolation tier's variables to the runtime after the container's own env; "+
 		"one of the runtime's cdi_spec_dirs")
 	o.isolation.register(fs)
+	o.dra.register(fs)
 	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -114,6 +116,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		return o, fmt.Errorf("--cdi-spec-dir: %q is not a clean absolute path", o.cdiSpecDir)
 	}
 	if err := o.isolation.check(); err != nil {
+		return o, err
+	}
+	if err := o.dra.check(o); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -205,6 +210,9 @@ func serve(o options, logger *zap.Logger) error {
 	tiers, err := o.isolation.config(lib, logger)
 	if err != nil {
 		return err
+	}
+	if o.dra.mode == modeDRA {
+		return serveDRA(ctx, o, logger, client, lib, tiers)
 	}
 	if o.deviceList.Limits, err = limitSpecs(o, logger); err != nil {
 		return err
