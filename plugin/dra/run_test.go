@@ -104,20 +104,27 @@ func TestRunServesTheKubeletOverGRPC(t *testing.T) {
 	drv.node.health(nvml.HealthEvent{Index: gpu.Index, UUID: gpu.UUID, Xid: 48, Cause: nvml.CauseFatal, Reason: "critical Xid 48"}, time.Now())
 	// The helper's controller may update the slice or replace it.
 	tainted := false
-	for ev := range slices.ResultChan() {
+	deadline := time.After(time.Minute) // a bound, so that a lost republish fails instead of hanging
+	for !tainted {
+		var ev watch.Event
+		open := true
+		select {
+		case ev, open = <-slices.ResultChan():
+			if !open {
+				t.Fatal("the slice watch ended before the tainted slice was published")
+			}
+		case <-deadline:
+			t.Fatal("no tainted slice published within a minute of the fault")
+		}
 		s, ok := ev.Object.(*resourceapi.ResourceSlice)
 		if ev.Type == watch.Deleted || !ok || len(s.Spec.Devices) != 8 {
 			continue
 		}
 		taints := s.Spec.Devices[2].Taints
 		if tainted = len(taints) == 1 && taints[0].Value == "fatal-xid-48" && taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule &&
-			taints[0].Key == gpushare.DRATaintUnhealthy; tainted {
-			break
+			taints[0].Key == gpushare.DRATaintUnhealthy; !tainted {
+			t.Fatalf("slice republished without the taint: %+v", taints)
 		}
-		t.Fatalf("slice republished without the taint: %+v", taints)
-	}
-	if !tainted {
-		t.Error("the slice watch ended before the tainted slice was published")
 	}
 	cancel()
 	if err := <-done; err != nil {
