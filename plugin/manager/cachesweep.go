@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,8 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/plugin/server"
 )
 
 // The hami-core cache directories newCacheDir creates are removed once no
@@ -58,34 +57,13 @@ func staleCacheDirs(root string, entries []cacheEntry, mounted map[string]bool, 
 // host paths (cleaned) of every mount of every container's answer, whatever
 // its resource.
 func mountedHostPaths(path string) (map[string]bool, error) {
-	data, err := os.ReadFile(path)
+	answers, err := server.ReadCheckpointAnswers(path)
 	if err != nil {
 		return nil, err
 	}
-	// pkg/kubelet/cm/devicemanager/checkpoint; AllocResp is a marshalled
-	// ContainerAllocateResponse.
-	var f struct {
-		Data *struct {
-			PodDeviceEntries []struct {
-				PodUID        string
-				ContainerName string
-				AllocResp     []byte
-			}
-		}
-	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
-	}
-	if f.Data == nil {
-		return nil, fmt.Errorf("parse %s: no Data", path)
-	}
 	mounted := map[string]bool{}
-	for _, e := range f.Data.PodDeviceEntries {
-		var resp pluginapi.ContainerAllocateResponse
-		if err := proto.Unmarshal(e.AllocResp, &resp); err != nil {
-			return nil, fmt.Errorf("parse %s: allocation of %s/%s: %w", path, e.PodUID, e.ContainerName, err)
-		}
-		for _, m := range resp.Mounts {
+	for _, a := range answers {
+		for _, m := range a.Response.GetMounts() {
 			mounted[filepath.Clean(m.HostPath)] = true
 		}
 	}

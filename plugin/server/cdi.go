@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
@@ -251,24 +249,9 @@ func (s *LimitSpecs) write() error {
 // returns the names of the limits devices its answers name, in CDIDevices or
 // in cdi.k8s.io/ annotations, whatever their resource.
 func checkpointLimitsDevices(path string) (map[string]bool, error) {
-	data, err := os.ReadFile(path)
+	answers, err := ReadCheckpointAnswers(path)
 	if err != nil {
 		return nil, err
-	}
-	// pkg/kubelet/cm/devicemanager/checkpoint; AllocResp is a marshalled
-	// ContainerAllocateResponse.
-	var f struct {
-		Data *struct {
-			PodDeviceEntries []struct {
-				AllocResp []byte
-			}
-		}
-	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
-	}
-	if f.Data == nil {
-		return nil, fmt.Errorf("parse %s: no Data", path)
 	}
 	prefix := gpushare.CDILimitsKind + "="
 	out := map[string]bool{}
@@ -277,11 +260,8 @@ func checkpointLimitsDevices(path string) (map[string]bool, error) {
 			out[name] = true
 		}
 	}
-	for _, e := range f.Data.PodDeviceEntries {
-		var resp pluginapi.ContainerAllocateResponse
-		if err := proto.Unmarshal(e.AllocResp, &resp); err != nil {
-			return nil, fmt.Errorf("parse %s: an answer: %w", path, err)
-		}
+	for _, a := range answers {
+		resp := a.Response
 		for _, d := range resp.GetCdiDevices() {
 			add(d.GetName())
 		}
