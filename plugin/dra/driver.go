@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	resourceapi "k8s.io/api/resource/v1"
@@ -34,12 +35,21 @@ type Driver struct {
 	// onError handles the helper's background errors (HandleError).
 	onError func(ctx context.Context, err error, msg string)
 
+	// kubeletConnected is set once the kubelet opened the health stream,
+	// which it does only after accepting the driver's registration.
+	kubeletConnected atomic.Bool
+
 	mu sync.Mutex // serializes Prepare and Unprepare with the checkpoint
 	// prepared is the checkpoint's content; nil until loaded.
 	prepared map[types.UID]store.Claim
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// Registered tells whether the kubelet has accepted the driver's
+// registration: it then opens the health stream (WatchHealthStatus). The
+// helper's own RegistrationStatus is not safe to read concurrently.
+func (d *Driver) Registered() bool { return d.kubeletConnected.Load() }
 
 // newDriver loads the checkpoint of st.
 func newDriver(log *zap.Logger, pool string, n *node, st *store.Store, cfg prepare.Config) (*Driver, error) {
@@ -222,8 +232,10 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 
 // WatchHealthStatus implements kubeletplugin.DRAPlugin. Device health
 // reaches the scheduler through the slice's taints; reporting it to the
-// kubelet (the pods' allocatedResourcesStatus) is not built yet.
+// kubelet (the pods' allocatedResourcesStatus) is not built yet. The
+// kubelet calls it right after accepting the registration: Registered.
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	d.kubeletConnected.Store(true)
 	return kubeletplugin.ErrHealthNotSupported
 }
 

@@ -170,7 +170,19 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger, d *Driver, tw *tier
 	}
 	log.Info("DRA driver serving", zap.String("driver", gpushare.DRADriverName), zap.String("pluginDir", cfg.PluginDir),
 		zap.String("cdiDir", cfg.CDIDir), zap.Int("gpus", len(d.node.base)), zap.Stringer("unit", cfg.Unit))
-	wg.Go(func() { republish(ctx, helper, cfg, d.node, log) })
+	resync := make(chan struct{}, 1)
+	wg.Go(func() { republish(ctx, helper, cfg, d.node, resync, log) })
+	wg.Go(func() {
+		err := keepPublished(ctx, cfg.Client, cfg.Node, func() {
+			select {
+			case resync <- struct{}{}:
+			default: // one pending is enough
+			}
+		})
+		if err != nil {
+			log.Error("watch the node's ResourceSlices: a deleted slice comes back only after the helper's sync delay", zap.Error(err))
+		}
+	})
 	wg.Go(func() { every(ctx, cfg.Isolation.ProbeEvery, func() { d.node.setTier(tw.status(ctx)) }) })
 	if cfg.HealthCheck {
 		wg.Go(func() { watchHealth(ctx, cfg, d.node, log) })
@@ -193,13 +205,18 @@ func publish(ctx context.Context, h *kubeletplugin.Helper, cfg Config, n *node) 
 	return h.PublishResources(ctx, slice.Resources(cfg.Node, devices))
 }
 
-// republish publishes again after every change; the helper's controller
-// writes at once, so a change reaches the API server within its round trip.
-func republish(ctx context.Context, h *kubeletplugin.Helper, cfg Config, n *node, log *zap.Logger) {
+// republish publishes again after every change and every deletion of the
+// node's slice (resync); the helper's controller writes at once, so either
+// reaches the API server within its round trip.
+func republish(ctx context.Context, h *kubeletplugin.Helper, cfg Config, n *node, resync <-chan struct{}, log *zap.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-resync:
+			if err := publish(ctx, h, cfg, n); err != nil {
+				log.Error("publish the node's GPUs", zap.Error(err))
+			}
 		case <-n.Changed():
 			if err := publish(ctx, h, cfg, n); err != nil {
 				log.Error("publish the node's GPUs", zap.Error(err))

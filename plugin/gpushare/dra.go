@@ -7,6 +7,9 @@ const (
 	// DRADriverName is the driver's name in ResourceSlices, DeviceClasses and
 	// allocation results; also the domain of its unqualified attributes.
 	DRADriverName = "gpu-mem.gpushare.io"
+	// DRADeviceClassName is the DeviceClass manifests/dra ships, selecting
+	// the driver's devices; claims name it.
+	DRADeviceClassName = DRADriverName
 	// DRACapacityMemory is the consumable capacity of a GPU device: its
 	// memory, in whole units of the node's -memory-unit.
 	DRACapacityMemory = "memory"

@@ -131,9 +131,43 @@ func (k *Kubelet) CheckpointPath() string {
 	return filepath.Join(k.DevicePluginDir(), "kubelet_internal_checkpoint")
 }
 
+// PluginsRegistryDir is where plugins other than device plugins (DRA drivers) put their
+// registration sockets; the kubelet's plugin manager watches it (<root>/plugins_registry, as a
+// real kubelet's).
+func (k *Kubelet) PluginsRegistryDir() string { return filepath.Join(k.rootDir, "plugins_registry") }
+
+// PluginDataDir is the data directory of the kubelet plugin named driver (its DRA socket and
+// state): <root>/plugins/<driver>.
+func (k *Kubelet) PluginDataDir(driver string) string {
+	return filepath.Join(k.rootDir, "plugins", driver)
+}
+
+// CDISpecDir is the CDI specification directory the node's runtime (fake-cri) reads.
+func (k *Kubelet) CDISpecDir() string { return filepath.Join(k.rootDir, "cdi") }
+
+// DRACheckpointPath is the kubelet DRA manager's claim-info checkpoint.
+func (k *Kubelet) DRACheckpointPath() string { return filepath.Join(k.rootDir, "dra_manager_state") }
+
 // PodResourcesSocket is the kubelet's pod-resources API socket.
 func (k *Kubelet) PodResourcesSocket() string {
 	return filepath.Join(k.rootDir, "pod-resources", "kubelet.sock")
+}
+
+// LogLines returns the lines of the kubelet's log (every start of it) that contain substr. The
+// hollow kubelet records events with kubemark's fake recorder, which posts none to the API server:
+// what a real kubelet reports as a pod's event, the bed shows in this log.
+func (k *Kubelet) LogLines(substr string) []string {
+	data, err := os.ReadFile(k.proc.logPath)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // Running tells whether the kubelet process is alive.

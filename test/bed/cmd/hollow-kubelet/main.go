@@ -1,8 +1,15 @@
 // Command hollow-kubelet is kubemark's hollow kubelet (real kubelet code for node registration and
 // status, pod admission, pod workers, over a fake CRI runtime) whose container manager delegates
-// every device-plugin method to the real kubelet device manager (pkg/kubelet/cm/devicemanager) and
+// every device-plugin method to the real kubelet device manager (pkg/kubelet/cm/devicemanager),
+// every Dynamic Resource Allocation method to the real DRA manager (pkg/kubelet/cm/dra), and
 // admits pods through the real topology manager (policy none, the kubelet default), wired the way
 // container_manager_linux.go wires them.
+//
+// A DRA driver registers through <root-dir>/plugins_registry, as on a real node (the kubelet's
+// plugin manager watches it); the DRA manager then calls its NodePrepareResources and
+// NodeUnprepareResources over gRPC, keeps its claim-info checkpoint in <root-dir>/dra_manager_state
+// and hands the CDI device IDs the driver returns to the runtime in the container's CRI
+// CDIDevices, which fake-cri records and applies.
 //
 // A device plugin that registers on <device-plugin-dir>/kubelet.sock is therefore dialled back,
 // ListAndWatch'ed, checkpointed and asked to Allocate exactly as on a real node; its resource appears
@@ -22,12 +29,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	_ "unsafe" // go:linkname
 
 	cadvisorapi "github.com/google/cadvisor/lib/model" // must be devicemanager's own import: go:linkname does not type-check
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +50,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	"k8s.io/kubernetes/pkg/kubelet/cm/resourceupdates"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
@@ -78,11 +88,14 @@ func checkLinkname() error {
 }
 
 // deviceContainerManager is the stub container manager (no cgroups) with the real device and
-// topology managers behind its device-plugin methods.
+// topology managers behind its device-plugin methods and the real DRA manager behind its dynamic
+// resource methods.
 type deviceContainerManager struct {
 	cm.ContainerManager
 	devices  *devicemanager.ManagerImpl
+	claims   *dra.Manager
 	topology topologymanager.Manager
+	updates  chan resourceupdates.Update
 }
 
 func (c *deviceContainerManager) Start(ctx context.Context, node *v1.Node, activePods cm.ActivePodsFunc, getNode cm.GetNodeFunc,
@@ -91,7 +104,41 @@ func (c *deviceContainerManager) Start(ctx context.Context, node *v1.Node, activ
 		return err
 	}
 	containers, running := containersFromRuntime(ctx, runtime)
-	return c.devices.Start(klog.FromContext(ctx), devicemanager.ActivePodsFunc(activePods), sourcesReady, containers, running)
+	if err := c.devices.Start(klog.FromContext(ctx), devicemanager.ActivePodsFunc(activePods), sourcesReady, containers, running); err != nil {
+		return err
+	}
+	// As the real container manager starts it: after the device manager, before any pod syncs.
+	if err := c.claims.Start(ctx, dra.ActivePodsFunc(activePods), dra.GetNodeFunc(getNode), sourcesReady); err != nil {
+		return fmt.Errorf("start the DRA manager: %w", err)
+	}
+	c.fanInUpdates(ctx)
+	return nil
+}
+
+// fanInUpdates merges both managers' resource health updates into one channel, as the real
+// container manager does.
+func (c *deviceContainerManager) fanInUpdates(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, src := range []<-chan resourceupdates.Update{c.devices.Updates(), c.claims.Updates()} {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case u, ok := <-src:
+					if !ok {
+						return
+					}
+					select {
+					case c.updates <- u:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(c.updates) }()
 }
 
 // containersFromRuntime lists the runtime's containers by pod UID and name, and which of them run.
@@ -130,17 +177,40 @@ func (c *deviceContainerManager) GetDevicePluginResourceCapacity(l klog.Logger) 
 }
 
 func (c *deviceContainerManager) GetPluginRegistrationHandlers() map[string]cache.PluginHandler {
-	return map[string]cache.PluginHandler{pluginwatcherapi.DevicePlugin: c.devices.GetWatcherHandler()}
+	return map[string]cache.PluginHandler{
+		pluginwatcherapi.DevicePlugin: c.devices.GetWatcherHandler(),
+		pluginwatcherapi.DRAPlugin:    c.claims.GetWatcherHandler(),
+	}
 }
 
+// GetResources is what the container runs with: its claims' CDI devices first, then the device
+// plugins' answer, in the real container manager's order.
 func (c *deviceContainerManager) GetResources(ctx context.Context, pod *v1.Pod, ctr *v1.Container) (*kubecontainer.RunContainerOptions, error) {
 	opts := &kubecontainer.RunContainerOptions{}
+	claimed, err := c.claims.GetResources(pod, ctr)
+	if err != nil {
+		return nil, err
+	}
+	opts.CDIDevices = append(opts.CDIDevices, claimed.CDIDevices...)
 	d, err := c.devices.GetDeviceRunContainerOptions(ctx, pod, ctr)
 	if err != nil || d == nil {
 		return opts, err
 	}
-	opts.Devices, opts.Mounts, opts.Envs, opts.Annotations, opts.CDIDevices = d.Devices, d.Mounts, d.Envs, d.Annotations, d.CDIDevices
+	opts.Devices, opts.Mounts, opts.Envs, opts.Annotations = d.Devices, d.Mounts, d.Envs, d.Annotations
+	opts.CDIDevices = append(opts.CDIDevices, d.CDIDevices...)
 	return opts, nil
+}
+
+func (c *deviceContainerManager) PrepareDynamicResources(ctx context.Context, pod *v1.Pod) error {
+	return c.claims.PrepareResources(ctx, pod)
+}
+
+func (c *deviceContainerManager) UnprepareDynamicResources(ctx context.Context, pod *v1.Pod) error {
+	return c.claims.UnprepareResources(ctx, pod)
+}
+
+func (c *deviceContainerManager) PodMightNeedToUnprepareResources(uid types.UID) bool {
+	return c.claims.PodMightNeedToUnprepareResources(uid)
 }
 
 func (c *deviceContainerManager) UpdatePluginResources(n *schedulerframework.NodeInfo, a *lifecycle.PodAdmitAttributes) error {
@@ -161,9 +231,10 @@ func (c *deviceContainerManager) UpdateAllocatedDevices(l klog.Logger) {
 
 func (c *deviceContainerManager) UpdateAllocatedResourcesStatus(l klog.Logger, p *v1.Pod, s *v1.PodStatus) {
 	c.devices.UpdateAllocatedResourcesStatus(l, p, s)
+	c.claims.UpdateAllocatedResourcesStatus(l, p, s)
 }
 
-func (c *deviceContainerManager) Updates() <-chan resourceupdates.Update { return c.devices.Updates() }
+func (c *deviceContainerManager) Updates() <-chan resourceupdates.Update { return c.updates }
 
 func (c *deviceContainerManager) GetDevices(podUID, ctr string) []*podresourcesapi.ContainerDevices {
 	return podResourceDevices(c.devices.GetDevices(podUID, ctr))
@@ -304,7 +375,15 @@ func run(o options) error {
 		return err
 	}
 	topology.AddHintProvider(logger, devices)
-	containers := &deviceContainerManager{ContainerManager: cm.NewStubContainerManager(), devices: devices, topology: topology}
+	// The claim-info checkpoint lives in the kubelet's root directory, as nodeConfig.KubeletRootDir
+	// places it on a real node.
+	claims, err := dra.NewManager(logger, client, o.rootDir)
+	if err != nil {
+		return err
+	}
+	defer claims.Stop()
+	containers := &deviceContainerManager{ContainerManager: cm.NewStubContainerManager(), devices: devices, claims: claims,
+		topology: topology, updates: make(chan resourceupdates.Update, 100)}
 
 	runtimeService, err := remote.NewRemoteRuntimeService(ctx, o.cri, 15*time.Second, nil, false)
 	if err != nil {
