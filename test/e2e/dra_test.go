@@ -406,6 +406,24 @@ func (b *draBed) sliceGPUs(t *testing.T, node string) map[string]publishedGPU {
 	return out
 }
 
+// deviceAttribute is the string attribute name of device on node's slice ("" if absent).
+func (b *draBed) deviceAttribute(t *testing.T, node, device string, name resourceapi.QualifiedName) string {
+	t.Helper()
+	list, err := b.client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{
+		FieldSelector: resourceapi.ResourceSliceSelectorNodeName + "=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			if d.Name == device && d.Attributes[name].StringValue != nil {
+				return *d.Attributes[name].StringValue
+			}
+		}
+	}
+	return ""
+}
+
 // containerOf reads fake-cri's record of the pod's container "main" on node.
 func (b *draBed) containerOf(t *testing.T, node, pod string) criContainer {
 	t.Helper()
@@ -432,18 +450,23 @@ func (b *draBed) checkClaimReachedContainer(t *testing.T, pod string, wantGiB in
 	if !slices.Contains(ctr.CDIDevices, wantDevice) {
 		bad("CRI CDIDevices %v lack the claim's %s", ctr.CDIDevices, wantDevice)
 	}
-	var idx []string
+	var indices []int
 	var total uint64
 	for _, d := range a.devices {
 		g, ok := gpus[d]
 		if !ok {
 			bad("allocated device %s is not in %s's slice", d, a.node)
 		}
-		idx = append(idx, strconv.Itoa(g.index))
+		indices = append(indices, g.index)
 		if a.units[d] != uint64(wantGiB) {
 			bad("device %s consumes %d GiB, want the %d GiB asked", d, a.units[d], wantGiB)
 		}
 		total += a.units[d]
+	}
+	slices.Sort(indices) // the contract lists a container's GPUs in ascending order
+	var idx []string
+	for _, i := range indices {
+		idx = append(idx, strconv.Itoa(i))
 	}
 	want := map[string]string{
 		gpushare.EnvGPUIndex: strings.Join(idx, ","), gpushare.EnvVisibleDevices: strings.Join(idx, ","),
@@ -457,7 +480,8 @@ func (b *draBed) checkClaimReachedContainer(t *testing.T, pod string, wantGiB in
 	return problems
 }
 
-// TestDRAClaimsRun: pods whose ResourceClaimTemplates ask for 1 to 80 GiB, on a node of eight
+// TestDRAClaimsRun: pods whose ResourceClaimTemplates ask for 1 to 80 GiB, and claims of two and
+// four GPUs of one NVLink domain (count, distinctAttribute uuid, matchAttribute nvlinkDomain), on a node of eight
 // simulated H100 80GB and a mixed node (two H100 80GB, two A100 40GB), through the real
 // kube-scheduler (which allocates the claims from our ResourceSlices), the controller manager
 // (which makes the claims from the templates) and the kubelet's real DRA manager (which calls our
@@ -481,7 +505,27 @@ func TestDRAClaimsRun(t *testing.T) {
 			names, want[name] = append(names, name), gib
 		}
 	}
+	// Multi-GPU claims: count GPUs of one NVLink domain, distinct UUIDs, the memory on each.
+	multi := map[string][2]int64{"pair-16": {2, 16}, "quad-10": {4, 10}}
+	for tmpl, cg := range multi {
+		b.createTemplates(t, claimTemplate(tmpl, cg[1], cg[0]))
+		b.createPods(t, claimPod(tmpl, tmpl, ""))
+		names, want[tmpl] = append(names, tmpl), cg[1]
+	}
 	b.waitPodsRunning(t, 3*waitLong, names...)
+	for tmpl, cg := range multi {
+		a := b.podAllocation(t, tmpl)
+		if len(a.devices) != int(cg[0]) || len(slices.Compact(slices.Sorted(slices.Values(a.devices)))) != int(cg[0]) {
+			t.Errorf("claim %s got devices %v, want %d distinct", tmpl, a.devices, cg[0])
+		}
+		domains := map[string]bool{}
+		for _, d := range a.devices {
+			domains[b.deviceAttribute(t, a.node, d, gpushare.DRAAttributeNVLinkDomain)] = true
+		}
+		if len(domains) != 1 || domains[""] {
+			t.Errorf("claim %s got GPUs of NVLink domains %v, want one", tmpl, domains)
+		}
+	}
 	var problems []string
 	perDevice := map[string]uint64{}
 	for _, n := range names {
