@@ -111,7 +111,7 @@ func (c criContainer) env(key string) []string {
 }
 
 // criContainers reads fake-cri's records of kubelet's containers, keyed by namespace/pod/container.
-func criContainers(t *testing.T, kubelet *cluster.Kubelet) map[string][]criContainer {
+func criContainers(t testing.TB, kubelet *cluster.Kubelet) map[string][]criContainer {
 	t.Helper()
 	dir := filepath.Join(kubelet.RootDir(), "cri-containers")
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,6 +200,8 @@ type draBed struct {
 	client  kubernetes.Interface
 	nodes   map[string]*draNode
 	claimNS string
+	// kubeletAPILimits starts the kubelets at the real kubelet's API limits.
+	kubeletAPILimits bool
 }
 
 type draNode struct {
@@ -208,7 +211,7 @@ type draNode struct {
 	driver  *draDriver
 }
 
-func startDRABed(t *testing.T) *draBed {
+func startDRABed(t testing.TB) *draBed {
 	t.Helper()
 	c := cluster.StartT(t, cluster.Config{})
 	b := &draBed{c: c, client: c.Client(), nodes: map[string]*draNode{}, claimNS: "default"}
@@ -217,16 +220,16 @@ func startDRABed(t *testing.T) *draBed {
 }
 
 // addNode starts a hollow kubelet name and our driver for it on a simulator of backend.
-func (b *draBed) addNode(t *testing.T, name, backend string, mutate func(*dra.Config)) *draNode {
+func (b *draBed) addNode(t testing.TB, name, backend string, mutate func(*dra.Config)) *draNode {
 	t.Helper()
 	return b.addNodeOn(t, name, simulator(t, backend), mutate)
 }
 
 // addNodeOn starts a hollow kubelet name and our driver for it on lib, with the driver's
 // DaemonSet credentials.
-func (b *draBed) addNodeOn(t *testing.T, name string, lib nvml.Library, mutate func(*dra.Config)) *draNode {
+func (b *draBed) addNodeOn(t testing.TB, name string, lib nvml.Library, mutate func(*dra.Config)) *draNode {
 	t.Helper()
-	kubelet, err := b.c.AddKubelet(t.Context(), name, cluster.KubeletOptions{})
+	kubelet, err := b.c.AddKubelet(t.Context(), name, cluster.KubeletOptions{KubeAPILimits: b.kubeletAPILimits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +283,7 @@ func claimPod(name, template, node string) *corev1.Pod {
 	return p
 }
 
-func (b *draBed) createTemplates(t *testing.T, tmpls ...*resourceapi.ResourceClaimTemplate) {
+func (b *draBed) createTemplates(t testing.TB, tmpls ...*resourceapi.ResourceClaimTemplate) {
 	t.Helper()
 	for _, tmpl := range tmpls {
 		if _, err := b.client.ResourceV1().ResourceClaimTemplates(b.claimNS).Create(t.Context(), tmpl, metav1.CreateOptions{}); err != nil {
@@ -289,7 +292,7 @@ func (b *draBed) createTemplates(t *testing.T, tmpls ...*resourceapi.ResourceCla
 	}
 }
 
-func (b *draBed) createPods(t *testing.T, pods ...*corev1.Pod) {
+func (b *draBed) createPods(t testing.TB, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
 		if _, err := b.client.CoreV1().Pods(b.claimNS).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
@@ -299,7 +302,7 @@ func (b *draBed) createPods(t *testing.T, pods ...*corev1.Pod) {
 }
 
 // waitPodsRunning waits until every named pod runs.
-func (b *draBed) waitPodsRunning(t *testing.T, timeout time.Duration, names ...string) {
+func (b *draBed) waitPodsRunning(t testing.TB, timeout time.Duration, names ...string) {
 	t.Helper()
 	waitFor(t, timeout, fmt.Sprintf("%d pods to run", len(names)), func() (bool, string) {
 		var notYet []string
@@ -336,7 +339,7 @@ type allocation struct {
 }
 
 // podAllocation reads the claim the pod's "gpu" entry names and its allocation.
-func (b *draBed) podAllocation(t *testing.T, pod string) allocation {
+func (b *draBed) podAllocation(t testing.TB, pod string) allocation {
 	t.Helper()
 	p, err := b.client.CoreV1().Pods(b.claimNS).Get(t.Context(), pod, metav1.GetOptions{})
 	if err != nil {
@@ -383,7 +386,7 @@ type publishedGPU struct {
 }
 
 // sliceGPUs maps each device our driver publishes for node to its GPU.
-func (b *draBed) sliceGPUs(t *testing.T, node string) map[string]publishedGPU {
+func (b *draBed) sliceGPUs(t testing.TB, node string) map[string]publishedGPU {
 	t.Helper()
 	list, err := b.client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
 	if err != nil {
@@ -407,7 +410,7 @@ func (b *draBed) sliceGPUs(t *testing.T, node string) map[string]publishedGPU {
 }
 
 // deviceAttribute is the string attribute name of device on node's slice ("" if absent).
-func (b *draBed) deviceAttribute(t *testing.T, node, device string, name resourceapi.QualifiedName) string {
+func (b *draBed) deviceAttribute(t testing.TB, node, device string, name resourceapi.QualifiedName) string {
 	t.Helper()
 	list, err := b.client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{
 		FieldSelector: resourceapi.ResourceSliceSelectorNodeName + "=" + node})
@@ -425,7 +428,7 @@ func (b *draBed) deviceAttribute(t *testing.T, node, device string, name resourc
 }
 
 // containerOf reads fake-cri's record of the pod's container "main" on node.
-func (b *draBed) containerOf(t *testing.T, node, pod string) criContainer {
+func (b *draBed) containerOf(t testing.TB, node, pod string) criContainer {
 	t.Helper()
 	recs := criContainers(t, b.nodes[node].kubelet)[b.claimNS+"/"+pod+"/main"]
 	if len(recs) != 1 {
@@ -437,7 +440,7 @@ func (b *draBed) containerOf(t *testing.T, node, pod string) criContainer {
 // checkClaimReachedContainer checks that the pod's container runs with exactly its claim: the
 // claim's CDI device, the GPUs the scheduler allocated, and the gpushare variables for the memory
 // the claim consumes. It returns the problems found.
-func (b *draBed) checkClaimReachedContainer(t *testing.T, pod string, wantGiB int64) []string {
+func (b *draBed) checkClaimReachedContainer(t testing.TB, pod string, wantGiB int64) []string {
 	t.Helper()
 	a := b.podAllocation(t, pod)
 	ctr := b.containerOf(t, a.node, pod)
@@ -604,7 +607,7 @@ func TestDRAFullNodeLeavesClaimPending(t *testing.T) {
 }
 
 // claimSpecEdits reads the CDI specification our driver wrote for claim on node.
-func (b *draBed) claimSpecEdits(t *testing.T, node string, claim types.UID) cdispec.ContainerEdits {
+func (b *draBed) claimSpecEdits(t testing.TB, node string, claim types.UID) cdispec.ContainerEdits {
 	t.Helper()
 	n := b.nodes[node]
 	st, err := store.New(n.driver.cfg.PluginDir, n.driver.cfg.CDIDir)
@@ -778,7 +781,7 @@ func TestDRATiersPerClaim(t *testing.T) {
 }
 
 // sliceIsolation is the isolation attribute of node's first published device ("" if none).
-func (b *draBed) sliceIsolation(t *testing.T, node string) string {
+func (b *draBed) sliceIsolation(t testing.TB, node string) string {
 	t.Helper()
 	list, err := b.client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
 	if err != nil {
@@ -879,7 +882,7 @@ func TestDRARestartsMidBurst(t *testing.T) {
 
 // watchSliceGap watches node's slices of our driver from now; the function it returns waits for
 // the next deletion of one and returns how long until one was there again.
-func (b *draBed) watchSliceGap(t *testing.T, node string) func() time.Duration {
+func (b *draBed) watchSliceGap(t testing.TB, node string) func() time.Duration {
 	t.Helper()
 	w, err := b.client.ResourceV1().ResourceSlices().Watch(t.Context(), metav1.ListOptions{
 		FieldSelector: resourceapi.ResourceSliceSelectorNodeName + "=" + node + "," + resourceapi.ResourceSliceSelectorDriver + "=" + gpushare.DRADriverName})
@@ -914,7 +917,7 @@ func (b *draBed) watchSliceGap(t *testing.T, node string) func() time.Duration {
 }
 
 // waitSomeRunning waits until at least n of the named pods run.
-func (b *draBed) waitSomeRunning(t *testing.T, names []string, n int) {
+func (b *draBed) waitSomeRunning(t testing.TB, names []string, n int) {
 	t.Helper()
 	waitFor(t, 2*waitLong, fmt.Sprintf("%d pods to run", n), func() (bool, string) {
 		running := 0
@@ -984,6 +987,78 @@ func checkDRAPolicy(t *testing.T, b *draBed, own, other string) {
 		}
 		if err := w.do(b.client); err != nil {
 			t.Errorf("%s as the admin (dry run): %v; the write itself must be valid", w.name, err)
+		}
+	}
+}
+
+// saturate creates a burst of claim pods of the given sizes (GiB: pods) at once, waits until all
+// run, audits the claims against the GPUs, then deletes the pods and waits until their claims are
+// gone.
+func (b *draBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) *burstTimes {
+	tb.Helper()
+	var pods []*corev1.Pod
+	for _, gib := range slices.Sorted(maps.Keys(sizes)) {
+		tmpl := fmt.Sprintf("%s-%dg", prefix, gib)
+		b.createTemplates(tb, claimTemplate(tmpl, gib, 0))
+		for i := range sizes[gib] {
+			pods = append(pods, claimPod(fmt.Sprintf("%s-%02d-%03d", prefix, gib, i), tmpl, ""))
+		}
+	}
+	rec := watchBurst(tb, b.client, pods, true)
+	times := rec.create(tb, b.client, pods)
+	rec.wait(tb, systemWait)
+	times.held = map[string]int{} // nothing holds a pod back: the scheduler allocates the claim
+	b.auditClaims(tb)
+	zero := int64(0)
+	for _, p := range pods {
+		if err := b.client.CoreV1().Pods(b.claimNS).Delete(tb.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			tb.Fatal(err)
+		}
+	}
+	waitFor(tb, 2*waitLong, "the burst's pods and claims to be gone", func() (bool, string) {
+		pl, err := b.client.CoreV1().Pods(b.claimNS).List(tb.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		cl, err := b.client.ResourceV1().ResourceClaims(b.claimNS).List(tb.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pl.Items)+len(cl.Items) == 0, fmt.Sprintf("%d pods, %d claims left", len(pl.Items), len(cl.Items))
+	})
+	return times
+}
+
+// auditClaims fails tb if any GPU's allocated claims consume more memory than the GPU publishes,
+// or an allocated claim is on a device no slice has.
+func (b *draBed) auditClaims(tb testing.TB) {
+	tb.Helper()
+	published := map[string]publishedGPU{}
+	for node := range b.nodes {
+		for d, g := range b.sliceGPUs(tb, node) {
+			published[node+"/"+d] = g
+		}
+	}
+	claims, err := b.client.ResourceV1().ResourceClaims(b.claimNS).List(tb.Context(), metav1.ListOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	held := map[string]uint64{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			q := r.ConsumedCapacity[gpushare.DRACapacityMemory]
+			held[r.Pool+"/"+r.Device] += uint64(q.Value() >> 30)
+		}
+	}
+	for dev, gib := range held {
+		g, ok := published[dev]
+		if !ok {
+			tb.Errorf("claims hold %d GiB of %s, which no slice publishes", gib, dev)
+		} else if gib > g.gib {
+			tb.Errorf("claims hold %d GiB of %s, which has %d GiB", gib, dev, g.gib)
 		}
 	}
 }

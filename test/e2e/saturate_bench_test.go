@@ -40,7 +40,11 @@ var saturateMixes = []struct {
 
 // BenchmarkSaturatingBurst measures what the hold-back rule costs when GPUs fill up: 4 hollow
 // kubelets running our device plugin and the real kubelet device manager, each burst created at
-// once (16 writers), through our extender and through gpushare-scheduler. It reports pods per
+// once (16 writers), through our extender and through gpushare-scheduler; and the same bursts in
+// DRA mode (mode=dra: our DRA driver and the kubelet's DRA manager, each pod with a claim from a
+// template of its size, allocated by kube-scheduler itself; kube-controller-manager runs, as it
+// must there to make the claims; no record, so bound→assigned is 0 and assigned→Running holds
+// Prepare; every round ends with an audit of the claims against the GPUs' memory). It reports pods per
 // second to bound and to Running, create→Running p50 and p99, the p99 of each stage (create→bound:
 // the scheduler and the hold-back; bound→assigned: kubelet admission, Allocate and the plugin's
 // record; assigned→Running: the kubelet starting the containers), and how many filter refusals were
@@ -71,6 +75,20 @@ func BenchmarkSaturatingBurst(b *testing.B) {
 			}
 		})
 	}
+	b.Run("mode=dra", func(b *testing.B) {
+		for _, mix := range saturateMixes {
+			b.Run("pods="+mix.name, func(b *testing.B) {
+				bed := startDRABed(b)
+				bed.kubeletAPILimits = true
+				for i := range saturateNodes {
+					bed.addNode(b, fmt.Sprintf("sat-%d", i), "simulated:dgxh100", nil)
+				}
+				for round := range b.N {
+					bed.saturate(b, fmt.Sprintf("r%d", round), mix.sizes).report(b)
+				}
+			})
+		}
+	})
 }
 
 // burstTimes is when each pod of a burst was created, bound, assigned by the plugin and Running.
@@ -89,8 +107,8 @@ func (b *systemBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) 
 			pods = append(pods, sysPod{name: fmt.Sprintf("%s-%02d-%03d", prefix, units, i), sizes: []int64{units}}.object())
 		}
 	}
-	rec := watchBurst(tb, b.client, pods)
-	times := rec.create(tb, b, pods)
+	rec := watchBurst(tb, b.client, pods, false)
+	times := rec.create(tb, b.client, pods)
 	rec.wait(tb, systemWait)
 	times.held = map[string]int{}
 	for name, n := range b.heldBack(tb) {
@@ -104,17 +122,20 @@ func (b *systemBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) 
 
 // burstRecorder notes, from a watch, the moment each pod of a burst is bound, assigned and Running.
 type burstRecorder struct {
-	mu    sync.Mutex
-	times *burstTimes
-	left  int           // pods not yet Running with their record
-	done  chan struct{} // closed when left reaches 0
-	stop  context.CancelFunc
+	// recordless: the pods get no gpushare record (DRA mode), so "assigned" is when they are
+	// bound and a pod is done once Running.
+	recordless bool
+	mu         sync.Mutex
+	times      *burstTimes
+	left       int           // pods not yet Running with their record
+	done       chan struct{} // closed when left reaches 0
+	stop       context.CancelFunc
 }
 
 // watchBurst starts watching the namespace's pods for the burst's names.
-func watchBurst(tb testing.TB, client kubernetes.Interface, pods []*corev1.Pod) *burstRecorder {
+func watchBurst(tb testing.TB, client kubernetes.Interface, pods []*corev1.Pod, recordless bool) *burstRecorder {
 	tb.Helper()
-	r := &burstRecorder{
+	r := &burstRecorder{recordless: recordless,
 		times: &burstTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, assigned: map[string]time.Time{}, runningAt: map[string]time.Time{}},
 		left:  len(pods), done: make(chan struct{}),
 	}
@@ -159,7 +180,7 @@ func (r *burstRecorder) see(obj any) {
 	_, wasDone := r.times.runningAt[p.Name]
 	wasDone = wasDone && !r.times.assigned[p.Name].IsZero()
 	first(r.times.bound, p.Spec.NodeName != "")
-	first(r.times.assigned, p.Annotations[gpushare.AnnotationAssigned] == "true")
+	first(r.times.assigned, p.Annotations[gpushare.AnnotationAssigned] == "true" || (r.recordless && p.Spec.NodeName != ""))
 	first(r.times.runningAt, p.Status.Phase == corev1.PodRunning)
 	_, isRunning := r.times.runningAt[p.Name]
 	if !wasDone && isRunning && !r.times.assigned[p.Name].IsZero() {
@@ -171,7 +192,7 @@ func (r *burstRecorder) see(obj any) {
 }
 
 // create creates the pods with 16 writers, noting when each was sent.
-func (r *burstRecorder) create(tb testing.TB, b *systemBed, pods []*corev1.Pod) *burstTimes {
+func (r *burstRecorder) create(tb testing.TB, client kubernetes.Interface, pods []*corev1.Pod) *burstTimes {
 	tb.Helper()
 	r.mu.Lock()
 	r.times.began = time.Now()
@@ -183,7 +204,7 @@ func (r *burstRecorder) create(tb testing.TB, b *systemBed, pods []*corev1.Pod) 
 		wg.Go(func() {
 			for p := range work {
 				sent := time.Now()
-				if _, err := b.client.CoreV1().Pods("default").Create(tb.Context(), p, metav1.CreateOptions{}); err != nil {
+				if _, err := client.CoreV1().Pods("default").Create(tb.Context(), p, metav1.CreateOptions{}); err != nil {
 					errs <- fmt.Errorf("create %s: %w", p.Name, err)
 					continue
 				}
