@@ -14,8 +14,9 @@ import (
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
 
-// sliceCheckEvery is how often keepPublished looks for the node's slice.
-const sliceCheckEvery = time.Second
+// sliceCheckEvery is how often keepPublished looks for the node's slice
+// (in its informer's store: no API call).
+const sliceCheckEvery = 200 * time.Millisecond
 
 // keepPublished calls resync when the node's ResourceSlice of this driver
 // is deleted, and every sliceCheckEvery while it is missing, until ctx ends.
@@ -23,7 +24,8 @@ const sliceCheckEvery = time.Second
 // which drivers will come back); the helper's controller would publish
 // again only after its 30 s sync delay, leaving the node's GPUs
 // unschedulable meanwhile. The check covers a deletion the helper's own
-// informer had not seen yet when resync published.
+// informer had not seen yet when resync published: the helper then took
+// the slice for present and wrote nothing.
 func keepPublished(ctx context.Context, client kubernetes.Interface, node string, resync func()) error {
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.Set{

@@ -1033,6 +1033,15 @@ func (b *draBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) *bu
 // or an allocated claim is on a device no slice has.
 func (b *draBed) auditClaims(tb testing.TB) {
 	tb.Helper()
+	if missing := b.auditPublishedClaims(tb); len(missing) > 0 {
+		tb.Errorf("claims are allocated on devices no slice publishes: %v", missing)
+	}
+}
+
+// auditPublishedClaims fails tb if any GPU's allocated claims consume more memory than the GPU
+// publishes, and returns the allocated devices no slice publishes now (node/device).
+func (b *draBed) auditPublishedClaims(tb testing.TB) []string {
+	tb.Helper()
 	published := map[string]publishedGPU{}
 	for node := range b.nodes {
 		for d, g := range b.sliceGPUs(tb, node) {
@@ -1053,12 +1062,14 @@ func (b *draBed) auditClaims(tb testing.TB) {
 			held[r.Pool+"/"+r.Device] += uint64(q.Value() >> 30)
 		}
 	}
+	var missing []string
 	for dev, gib := range held {
 		g, ok := published[dev]
 		if !ok {
-			tb.Errorf("claims hold %d GiB of %s, which no slice publishes", gib, dev)
+			missing = append(missing, dev)
 		} else if gib > g.gib {
 			tb.Errorf("claims hold %d GiB of %s, which has %d GiB", gib, dev, g.gib)
 		}
 	}
+	return missing
 }
