@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# gpushare's real-GPU check of the MPS isolation tier (issue 14). From the repository root:
+# gpushare's real-GPU check of the MPS isolation tier (issue 14) and of the DRA driver in it. From
+# the repository root:
 #
 #   bash test/gpu/run.sh             the check; needs root, the NVIDIA driver, Go with cgo (or
 #                                    GPU_BIN, below) and nvcc or PyTorch
@@ -12,10 +13,17 @@
 # $GPU_INDEX (default 0) with the real NVML backend; (c) two CUDA clients get exactly the
 # environment Allocate gives an mps container (CUDA_MPS_PIPE_DIRECTORY, CUDA_VISIBLE_DEVICES=<GPU
 # UUID> and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M, then =40960M) and each allocates 30 GiB: the
-# first must fail with out-of-memory, the second succeed; a third run tries the UUID form; (d) everything seen is printed, and to
-# $OUT/gpu-run.txt when OUT is set. Where no NVIDIA driver works it prints "skipped: no NVIDIA
-# driver ..." and exits 0. Every step has a timeout within an overall 7.5-minute budget, and an
-# EXIT trap stops the daemon and puts the compute mode back even if the Go program could not.
+# first must fail with out-of-memory, the second succeed; a third run tries the UUID form; (d)
+# everything seen is printed, and to $OUT/gpu-run.txt when OUT is set; (e) DRA mode (dracheck):
+# the daemon started again, plugin/dra's driver in the mps tier, on a fake API server holding the
+# node, publishes the GPU's device in its ResourceSlice and prepares claims of 20 and 40 GiB
+# allocated on it over dra.sock (the kubelet's dra/v1 API); the client runs with each claim's CDI
+# environment (under 20 GiB it must fail with out-of-memory, under 40 GiB succeed); both are
+# unprepared and their specifications gone; then a hami-core configuration (placeholder library,
+# no client) shows CUDA_DEVICE_MEMORY_LIMIT in a prepared specification. Where no NVIDIA driver
+# works it prints "skipped: no NVIDIA driver ..." and exits 0. Every step has a timeout within an
+# overall 7.5-minute budget, and an EXIT trap stops the daemons and puts the compute mode back
+# even if the Go programs could not.
 # Exit status: 0 PASS (or skipped), 1 FAIL or incomplete.
 set -uo pipefail
 
@@ -42,12 +50,13 @@ main() {
 	esac
 }
 
-# build_only compiles the real-NVML test binary and mpscheck into $1.
+# build_only compiles the real-NVML test binary, mpscheck and dracheck into $1.
 build_only() {
 	mkdir -p "$1" || return 1
 	CGO_ENABLED=1 go test -c -o "$1/nvml.test" ./plugin/nvml/ &&
 		CGO_ENABLED=1 go build -o "$1/mpscheck" ./test/gpu/mpscheck &&
-		say "built $1/nvml.test and $1/mpscheck; on the GPU machine: GPU_BIN=$1 bash test/gpu/run.sh"
+		CGO_ENABLED=1 go build -o "$1/dracheck" ./test/gpu/dracheck &&
+		say "built $1/nvml.test, $1/mpscheck and $1/dracheck; on the GPU machine: GPU_BIN=$1 bash test/gpu/run.sh"
 }
 
 # check runs the whole check; $1 is real or dry-run.
@@ -71,13 +80,15 @@ check() {
 	trap 'exit 143' TERM
 	[[ $mode == real ]] && remember_mode
 
-	local nvml_rc mps_rc client
+	local nvml_rc mps_rc dra_rc client
 	nvml_tests "$mode"
 	nvml_rc=$?
 	client=$(build_client "$mode")
 	mps_check "$mode" "$client"
 	mps_rc=$?
-	summary "$nvml_rc" "$mps_rc" "$client"
+	dra_check "$mode" "$client"
+	dra_rc=$?
+	summary "$nvml_rc" "$mps_rc" "$dra_rc" "$client"
 }
 
 # header prints what ran where.
@@ -122,12 +133,14 @@ remember_mode() {
 # cleanup is the EXIT trap: whatever happened, no daemon of ours is left and the compute mode is
 # back. The Go program normally did both already; then this does nothing.
 cleanup() {
-	local control
+	local control pipe
 	control=$(control_bin)
-	if [[ -S $WORK/pipe/control ]] && [[ -n $control ]]; then
-		say "trap: an MPS control daemon may still run; sending quit"
-		echo quit | CUDA_MPS_PIPE_DIRECTORY=$WORK/pipe timeout 20 "$control" || true
-	fi
+	for pipe in "$WORK/pipe" "$WORK/dra/pipe"; do # mpscheck's daemon, dracheck's
+		if [[ -S $pipe/control ]] && [[ -n $control ]]; then
+			say "trap: an MPS control daemon may still run in $pipe; sending quit"
+			echo quit | CUDA_MPS_PIPE_DIRECTORY=$pipe timeout 20 "$control" || true
+		fi
+	done
 	if [[ -n ${BEFORE_MODE:-} ]]; then
 		local now
 		now=$(nvidia-smi -i "$GPU_UUID" --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | tr -d ' ')
@@ -198,37 +211,67 @@ build_client() {
 	say "no CUDA client: PyTorch not usable either ($(tail -n 1 <<<"$torch"))" >&2
 }
 
-# mps_check builds (or takes from GPU_BIN) mpscheck and runs it: (b), (c) and (d).
-mps_check() {
-	local mode=$1 client=$2 bin args=()
-	section "(b) plugin/mps on the GPU, (c) the two clients"
+# go_program prints the path of the Go program ./test/gpu/$1: GPU_BIN's, or built into WORK.
+go_program() {
+	local bin
 	if [[ -n ${GPU_BIN:-} ]]; then
-		bin=$GPU_BIN/mpscheck
+		bin=$GPU_BIN/$1
+		[[ -x $bin ]] || { say "FAIL: $bin missing: build it with bash test/gpu/run.sh build DIR" >&2 && return 1; }
 	else
-		bin=$WORK/mpscheck
-		CGO_ENABLED=1 timeout -k 10 "$(step_timeout 180)" go build -o "$bin" ./test/gpu/mpscheck || {
-			say "FAIL: go build ./test/gpu/mpscheck"
+		bin=$WORK/$1
+		CGO_ENABLED=1 timeout -k 10 "$(step_timeout 180)" go build -o "$bin" "./test/gpu/$1" || {
+			say "FAIL: go build ./test/gpu/$1" >&2
 			return 1
 		}
 	fi
-	if [[ $mode == dry-run ]]; then
+	echo "$bin"
+}
+
+# dry_run_args sets DRY_RUN_ARGS, the programs' extra arguments: in a dry run the simulated
+# backend and the fake MPS daemon (built once), none in a real run.
+dry_run_args() {
+	DRY_RUN_ARGS=()
+	[[ $1 == dry-run ]] || return 0
+	if [[ ! -x $WORK/fake-mps-control ]]; then
 		go build -o "$WORK/fake-mps-control" ./test/fakemps/cmd/fake-mps-control || return 1
-		args=(-backend simulated:dgxh200 -control "$WORK/fake-mps-control")
 	fi
+	DRY_RUN_ARGS=(-backend simulated:dgxh200 -control "$WORK/fake-mps-control")
+}
+
+# mps_check builds (or takes from GPU_BIN) mpscheck and runs it: (b), (c) and (d).
+mps_check() {
+	local mode=$1 client=$2 bin
+	section "(b) plugin/mps on the GPU, (c) the two clients"
+	bin=$(go_program mpscheck) && dry_run_args "$mode" || return 1
 	[[ -z $client ]] && say "no CUDA client could be built; the daemon is still started, checked and stopped"
-	timeout -k 30 "$(step_timeout 240)" "$bin" "${args[@]}" -work "$WORK" -gpu "$GPU_INDEX" \
+	timeout -k 30 "$(step_timeout 240)" "$bin" "${DRY_RUN_ARGS[@]}" -work "$WORK" -gpu "$GPU_INDEX" \
 		-client "$client" -client-timeout 90s
 }
 
+# dra_check builds (or takes from GPU_BIN) dracheck and runs it: (e), in $WORK/dra (its daemon's
+# pipe directory $WORK/dra/pipe, which the trap knows).
+dra_check() {
+	local mode=$1 client=$2 bin
+	section "(e) DRA mode: slices and two claims under MPS"
+	bin=$(go_program dracheck) && dry_run_args "$mode" && mkdir -p "$WORK/dra" || return 1
+	[[ -z $client ]] && say "no CUDA client could be built; the slice and the claims' specifications are still checked"
+	timeout -k 30 "$(step_timeout 180)" "$bin" "${DRY_RUN_ARGS[@]}" -work "$WORK/dra" -gpu "$GPU_INDEX" \
+		-client "$client" -client-timeout 60s -driver-timeout 30s
+}
+
+# verdict prints PASS for exit status 0, else FAIL with it.
+verdict() { (($1 == 0)) && echo PASS || echo "FAIL (exit $1)"; }
+
 # summary prints the overall verdict and sets the exit status.
 summary() {
-	local nvml_rc=$1 mps_rc=$2 client=$3
+	local nvml_rc=$1 mps_rc=$2 dra_rc=$3 client=$4
 	section "Summary"
-	say "real-NVML tests: $( ((nvml_rc == 0)) && echo PASS || echo "FAIL (exit $nvml_rc)")"
-	say "MPS check:       $( ((mps_rc == 0)) && echo PASS || echo "FAIL (exit $mps_rc)")"
+	say "real-NVML tests: $(verdict "$nvml_rc")"
+	say "MPS check:       $(verdict "$mps_rc")"
+	say "DRA check:       $(verdict "$dra_rc")"
 	[[ -z $client ]] && say "CUDA client:     none could be built: INCOMPLETE"
 	say "took ${SECONDS}s"
-	if ((nvml_rc == 0 && mps_rc == 0)) && [[ -n $client ]]; then
+	if ((nvml_rc == 0 && mps_rc == 0 && dra_rc == 0)) && [[ -n $client ]]; then
 		say "RESULT: PASS"
 		return 0
 	fi

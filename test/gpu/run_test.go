@@ -1,8 +1,8 @@
-// Package gpu holds the real-GPU check of the MPS tier (run.sh, with
-// mpscheck and the CUDA clients). These tests keep the script working on
-// machines without a GPU: the dry run exercises every step against the
-// simulated NVML backend and the fake MPS daemon, and the skip path is
-// checked with an nvidia-smi that fails.
+// Package gpu holds the real-GPU check of the MPS tier and of the DRA
+// driver in it (run.sh, with mpscheck, dracheck and the CUDA clients). These
+// tests keep the script working on machines without a GPU: the dry run
+// exercises every step against the simulated NVML backend and the fake MPS
+// daemon, and the skip path is checked with an nvidia-smi that fails.
 package gpu
 
 import (
@@ -49,6 +49,23 @@ func TestDryRun(t *testing.T) {
 		"=40960M",
 		"exit 0 (allocated), want 0",
 		"[ok  ] compute mode restored: DEFAULT (was DEFAULT)",
+		// (e) DRA mode: the slice, the two claims' limits from their CDI
+		// specifications, the client under each, the unprepare, and the
+		// hami-core specification.
+		"## (e) DRA mode: slices and two claims under MPS",
+		"memory capacity 141Gi, isolation mps, uuid GPU-",
+		"[ok  ] prepare claim-20gib (20 GiB): device gpu-",
+		"  env   CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M",
+		"[ok  ] claim-20gib CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M, want 0=20480M",
+		"[ok  ] claim-40gib CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M, want 0=40960M",
+		"[ok  ] claim-20gib CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES=GPU-",
+		"[ok  ] client under claim-20gib allocating 30 GiB: exit 2 (out of memory), want 2",
+		"[ok  ] client under claim-40gib allocating 30 GiB: exit 0 (allocated), want 0",
+		"[ok  ] unprepare claim-20gib: error \"\", CDI specification removed: true",
+		"[ok  ] unprepare claim-40gib: error \"\", CDI specification removed: true",
+		"isolation hami-core, uuid GPU-",
+		"[ok  ] claim-20gib CUDA_DEVICE_MEMORY_LIMIT: CUDA_DEVICE_MEMORY_LIMIT=20480m, want 20480m",
+		"DRA check:       PASS",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, text)
