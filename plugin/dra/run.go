@@ -256,7 +256,11 @@ func readGPUs(lib nvml.Library, log *zap.Logger) ([]slice.GPU, error) {
 	if lib.Simulated() {
 		log.Warn("using SIMULATED GPUs: no container gets a real GPU", zap.String("backend", lib.Name()))
 	}
-	return BaseGPUs(gpus, reading, topoErr == nil, lib.Simulated()), nil
+	base := BaseGPUs(gpus, reading, topoErr == nil, lib.Simulated())
+	for i := range base {
+		base[i].DriverVersion = lib.DriverVersion()
+	}
+	return base, nil
 }
 
 // BaseGPUs describes gpus for the slice: the topology (when read) gives

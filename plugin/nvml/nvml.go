@@ -77,6 +77,9 @@ type Library interface {
 	// PCI bus ID, NUMA node and NVLink links to NVSwitches, and every pair's
 	// PCIe common ancestor and NVLink link count (plugin/topology scores it).
 	Topology() (topology.Reading, error)
+	// DriverVersion is the NVIDIA driver's version as NVML gives it (e.g.
+	// "550.54.15"); "" when NVML could not read it.
+	DriverVersion() string
 	// Shutdown waits for in-flight calls and watchers, then releases NVML; repeat calls are no-ops.
 	Shutdown() error
 }
@@ -160,6 +163,8 @@ type library struct {
 	// numa reads the NUMA node of the GPU with the given sysfs bus ID (-1
 	// when unknown); sysfs for the real library, the profile when simulated.
 	numa func(busID string) int
+	// driver is the driver version read at start; "" when unknown.
+	driver string
 }
 
 // newLibrary wraps an initialised nvml.Interface.
@@ -176,10 +181,14 @@ func newLibrary(logger *zap.Logger, name string, iface nvml.Interface, simulated
 	if ret != nvml.SUCCESS {
 		l.log.Info("NVML initialised; driver version unknown", zap.Error(newCallError("get driver version", ret)))
 	} else {
+		l.driver = driver
 		l.log.Info("NVML initialised", zap.String("driverVersion", driver))
 	}
 	return l
 }
+
+// DriverVersion implements Library.
+func (l *library) DriverVersion() string { return l.driver }
 
 // Name implements Library.
 func (l *library) Name() string { return l.name }

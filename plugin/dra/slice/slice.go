@@ -187,6 +187,9 @@ func attributes(g GPU) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 // pciBDF is the extended BDF form the standard pciBusID attribute takes.
 var pciBDF = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$`)
 
+// leadingZeros matches the zeros that pad a version component.
+var leadingZeros = regexp.MustCompile(`(^|\.)0+([0-9])`)
+
 // semver is what a version attribute must be (semver.org 2.0.0, core only).
 var semver = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
 
@@ -196,12 +199,14 @@ func putString(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name
 	}
 }
 
-// putVersion adds v as a version, "9.0" as "9.0.0"; one that is no
-// version is left out rather than published as something it is not.
+// putVersion adds v as a version, "9.0" as "9.0.0" and NVIDIA's
+// zero-padded "535.104.05" as "535.104.5"; one that is no version is left
+// out rather than published as something it is not.
 func putVersion(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name resourceapi.QualifiedName, v string) {
 	if strings.Count(v, ".") == 1 {
 		v += ".0"
 	}
+	v = leadingZeros.ReplaceAllString(v, "$1$2")
 	if semver.MatchString(v) && len(v) <= maxAttributeString {
 		a[name] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 	}

@@ -281,3 +281,26 @@ func validateCapacity(name string, c resourceapi.DeviceCapacity, multi *bool) []
 	}
 	return errs
 }
+
+// TestDriverVersionAttribute: NVIDIA's versions become semantic versions, zero padding dropped;
+// what is no version is left out.
+func TestDriverVersionAttribute(t *testing.T) {
+	for in, want := range map[string]string{
+		"550.54.15": "550.54.15", "535.104.05": "535.104.5", "570.00.07": "570.0.7", "9.0": "9.0.0", "0.5.0": "0.5.0",
+		"": "", "r550": "", "550.54.15.1": "",
+	} {
+		g := h100(0)
+		g.DriverVersion = in
+		devs, err := slice.Devices([]slice.GPU{g}, gpushare.GiB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if v := devs[0].Attributes[gpushare.DRAAttributeDriverVersion].VersionValue; v != nil {
+			got = *v
+		}
+		if got != want {
+			t.Errorf("driver version %q published as %q, want %q", in, got, want)
+		}
+	}
+}
