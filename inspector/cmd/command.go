@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -36,9 +37,11 @@ const (
 were given (aliyun.com/gpu-mem), recomputed from the pod annotations written by
 the gpushare scheduler extender and device plugin.
 
-Without arguments, every node with allocatable aliyun.com/gpu-mem is shown; with
-NODE, only that node. With -d, each node's pods, and on nodes run by our device
-plugin each container's GPU and the limits (environment) it was given.`
+Without arguments, every node with allocatable aliyun.com/gpu-mem, or with a
+ResourceSlice of our DRA driver (gpu-mem.gpushare.io), is shown; with NODE, only
+that node. With -d, each node's pods, on nodes run by our device plugin each
+container's GPU and the limits (environment) it was given, and on DRA nodes each
+allocated ResourceClaim with the pods using it.`
 
 	examples = `  # Summary of every GPU-sharing node
   kubectl inspect gpushare
@@ -219,15 +222,16 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Run reads nodes and pods once, builds the report and renders it.
+// Run reads the cluster once, builds the report and renders it.
 func (o *Options) Run(ctx context.Context) error {
-	nodes, pods, err := o.read(ctx)
+	objects, err := o.read(ctx)
 	if err != nil {
 		return err
 	}
-	report := collect.Build(nodes, pods)
+	report := collect.BuildObjects(objects)
 	if len(report.Nodes) == 0 {
 		return errors.New("no GPU-sharing nodes found: no node has allocatable " + string(gpushare.ResourceName) +
+			" or a ResourceSlice of " + gpushare.DRADriverName +
 			"; check that the gpushare device plugin runs on the GPU nodes (they are labelled " +
 			gpushare.LabelGPUShare + "=" + gpushare.LabelValueTrue + ") and that --context names the right cluster")
 	}
@@ -236,6 +240,7 @@ func (o *Options) Run(ctx context.Context) error {
 			n := &report.Nodes[i]
 			// Totals keep every namespace: they describe the GPUs, not the filter.
 			n.Pods = slices.DeleteFunc(n.Pods, func(p collect.Pod) bool { return p.Namespace != o.namespace })
+			n.Claims = slices.DeleteFunc(n.Claims, func(c collect.Claim) bool { return c.Namespace != o.namespace })
 		}
 	}
 	for _, s := range report.Skipped {
@@ -259,38 +264,70 @@ var activePods = fields.AndSelectors(
 	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 )
 
-// read is the command's only API traffic: a LIST of nodes and one of pods,
-// each in pages of 500, or for one node a GET of it and a LIST of the pods
-// bound to it.
-func (o *Options) read(ctx context.Context) ([]corev1.Node, []corev1.Pod, error) {
-	var nodes []corev1.Node
+// read is the command's only API traffic: a LIST of nodes, one of our
+// driver's ResourceSlices, one of ResourceClaims (only when there are such
+// slices) and one of pods, each in pages of 500; for one node a GET of it
+// and LISTs scoped to it (claims are namespaced, not node-scoped). When the
+// DRA objects cannot be read, it warns once and goes on without them.
+func (o *Options) read(ctx context.Context) (collect.Objects, error) {
+	var objects collect.Objects
 	podSelector := activePods
 	if o.Node == "" {
 		list, err := listNodes(ctx, o.client)
 		if err != nil {
-			return nil, nil, apiError("list nodes", err)
+			return objects, apiError("list nodes", err)
 		}
-		nodes = list
+		objects.Nodes = list
 	} else {
-		node, err := o.client.CoreV1().Nodes().Get(ctx, o.Node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, nil, fmt.Errorf("node %q not found: run kubectl inspect gpushare to list the GPU-sharing nodes", o.Node)
-		}
+		node, err := o.getNode(ctx)
 		if err != nil {
-			return nil, nil, apiError("get node "+o.Node, err)
+			return objects, err
 		}
-		if !collect.IsSharingNode(node) {
-			return nil, nil, fmt.Errorf("node %q is not a GPU-sharing node: it has no allocatable %s; check that the gpushare device plugin runs there",
-				o.Node, gpushare.ResourceName)
-		}
-		nodes = []corev1.Node{*node}
+		objects.Nodes = []corev1.Node{*node}
 		podSelector = fields.AndSelectors(podSelector, fields.OneTermEqualSelector("spec.nodeName", o.Node))
 	}
+	slices, claims, draErr := readDRA(ctx, o.client, o.Node)
+	if o.Node != "" {
+		if err := notSharing(&objects.Nodes[0], slices, draErr); err != nil {
+			return objects, err
+		}
+	}
+	if draErr != nil {
+		fmt.Fprintln(o.ErrOut, "warning: DRA-mode nodes not shown: "+draErr.Error())
+	}
+	objects.Slices, objects.Claims = slices, claims
 	pods, err := listPods(ctx, o.client, podSelector)
 	if err != nil {
-		return nil, nil, apiError("list pods", err)
+		return objects, apiError("list pods", err)
 	}
-	return nodes, pods, nil
+	objects.Pods = pods
+	return objects, nil
+}
+
+// getNode reads the node named on the command line.
+func (o *Options) getNode(ctx context.Context) (*corev1.Node, error) {
+	node, err := o.client.CoreV1().Nodes().Get(ctx, o.Node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("node %q not found: run kubectl inspect gpushare to list the GPU-sharing nodes", o.Node)
+	}
+	if err != nil {
+		return nil, apiError("get node "+o.Node, err)
+	}
+	return node, nil
+}
+
+// notSharing says why node is not a GPU-sharing node of either mode; nil
+// when it is one.
+func notSharing(node *corev1.Node, slices []resourceapi.ResourceSlice, draErr error) error {
+	if collect.IsSharingNode(node) || collect.IsDRANode(node.Name, slices) {
+		return nil
+	}
+	err := fmt.Errorf("node %q is not a GPU-sharing node: it has no allocatable %s and no ResourceSlice of %s; check that the gpushare device plugin or its DRA driver runs there",
+		node.Name, gpushare.ResourceName, gpushare.DRADriverName)
+	if draErr != nil {
+		err = fmt.Errorf("%w (ResourceSlices could not be read: %w)", err, draErr)
+	}
+	return err
 }
 
 // apiError adds what to do to the errors users can fix.

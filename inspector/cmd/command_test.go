@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -45,6 +46,13 @@ func (s staticConfig) ToRESTConfig() (*rest.Config, error) {
 func run(t *testing.T, getter ConfigGetter, args []string, objs ...runtime.Object) (code int, stdout, stderr string, client *fake.Clientset) {
 	t.Helper()
 	client = fake.NewClientset(objs...)
+	code, stdout, stderr = runOn(t, client, getter, args)
+	return code, stdout, stderr, client
+}
+
+// runOn executes the command against client.
+func runOn(t *testing.T, client *fake.Clientset, getter ConfigGetter, args []string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	newClient := func(cfg *rest.Config) (kubernetes.Interface, error) {
 		if cfg.ContentType != runtime.ContentTypeProtobuf {
@@ -53,7 +61,7 @@ func run(t *testing.T, getter ConfigGetter, args []string, objs ...runtime.Objec
 		return client, nil
 	}
 	code = Execute(context.Background(), args, Streams{Out: &out, ErrOut: &errOut}, getter, newClient)
-	return code, out.String(), errOut.String(), client
+	return code, out.String(), errOut.String()
 }
 
 // contractObjects is the contract's first summary sample as API objects.
@@ -78,14 +86,17 @@ func contractObjects() []runtime.Object {
 // expected renders what the command must print for objs.
 func expected(t *testing.T, details bool, objs []runtime.Object) string {
 	t.Helper()
-	var nodes []corev1.Node
-	var pods []corev1.Pod
+	var in collect.Objects
 	for _, o := range objs {
 		switch x := o.(type) {
 		case *corev1.Node:
-			nodes = append(nodes, *x)
+			in.Nodes = append(in.Nodes, *x)
 		case *corev1.Pod:
-			pods = append(pods, *x)
+			in.Pods = append(in.Pods, *x)
+		case *resourceapi.ResourceSlice:
+			in.Slices = append(in.Slices, *x)
+		case *resourceapi.ResourceClaim:
+			in.Claims = append(in.Claims, *x)
 		}
 	}
 	var b bytes.Buffer
@@ -93,7 +104,7 @@ func expected(t *testing.T, details bool, objs []runtime.Object) string {
 	if details {
 		f = render.Details
 	}
-	if err := f(&b, collect.Build(nodes, pods)); err != nil {
+	if err := f(&b, collect.BuildObjects(in)); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -124,7 +135,8 @@ func TestSummaryOneListEach(t *testing.T) {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out, want)
 	}
 	got := verbs(client)
-	want := []string{"list nodes", "list pods status.phase!=Failed,status.phase!=Succeeded"}
+	// No slice of our driver: no claim LIST.
+	want := []string{"list nodes", "list resourceslices spec.driver=gpu-mem.gpushare.io", "list pods status.phase!=Failed,status.phase!=Succeeded"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("API calls %q, want %q", got, want)
 	}
@@ -141,7 +153,8 @@ func TestOneNodeIsNodeScoped(t *testing.T) {
 		t.Errorf("details of one node:\n%s", out)
 	}
 	got := verbs(client)
-	want := []string{"get nodes", "list pods spec.nodeName=" + node + ",status.phase!=Failed,status.phase!=Succeeded"}
+	want := []string{"get nodes", "list resourceslices spec.driver=gpu-mem.gpushare.io,spec.nodeName=" + node,
+		"list pods spec.nodeName=" + node + ",status.phase!=Failed,status.phase!=Succeeded"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("API calls %q, want %q", got, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
@@ -31,39 +32,77 @@ func IsActivePod(pod *corev1.Pod) bool {
 type nodeAcc struct {
 	node          Node
 	gpus          map[int]*GPU
-	published     bool          // GPUs come from gpushare.io/gpus
-	publishedUnit gpushare.Unit // the unit that annotation counts in
+	published     bool          // GPUs come from gpushare.io/gpus or our ResourceSlice
+	publishedUnit gpushare.Unit // the unit that annotation (or the slice) counts in
 	count         uint64        // aliyun.com/gpu-count, for the old unit guess
+	dra           *draAcc       // non-nil on a DRA node
 }
 
-// Build recomputes the report from nodes and pods as listed by the API
-// server. Nodes that are not sharing nodes and pods that are finished, not
-// bound to a listed node or ask for no gpu-mem are ignored; the rest that
-// cannot be read are reported in Report.Skipped. Neither input is modified.
+// Objects are what one read of the API server returned. Slices and Claims
+// (resource.k8s.io/v1) may be empty: the API server may not serve them or
+// RBAC may forbid reading them, and DRA-mode nodes are then not shown.
+type Objects struct {
+	Nodes  []corev1.Node
+	Pods   []corev1.Pod
+	Slices []resourceapi.ResourceSlice
+	Claims []resourceapi.ResourceClaim
+}
+
+// Build recomputes the report from nodes and pods alone: the device-plugin
+// view, BuildObjects without ResourceSlices and ResourceClaims.
 func Build(nodes []corev1.Node, pods []corev1.Pod) *Report {
+	return BuildObjects(Objects{Nodes: nodes, Pods: pods})
+}
+
+// BuildObjects recomputes the report from the objects as listed by the API
+// server. A node with a ResourceSlice of our DRA driver is a DRA node (its
+// GPUs and charges come from the slice and the allocated claims); other
+// nodes count when they have allocatable gpu-mem. Pods that are finished,
+// not bound to a shown node or ask for no gpu-mem are ignored; the rest that
+// cannot be read are reported in Report.Skipped. No input is modified.
+func BuildObjects(o Objects) *Report {
 	r := &Report{Nodes: []Node{}}
-	byName := make(map[string]*nodeAcc, len(nodes))
-	var order []*nodeAcc
-	for i := range nodes {
-		n := &nodes[i]
-		if !IsSharingNode(n) {
-			continue
-		}
-		if _, dup := byName[n.Name]; dup {
-			continue
-		}
-		acc := newNode(n, r)
-		byName[n.Name] = acc
-		order = append(order, acc)
-	}
-	for i := range pods {
-		p := &pods[i]
+	sv := readSlices(o.Slices)
+	byName, order := readNodes(o.Nodes, sv, r)
+	for i := range o.Pods {
+		p := &o.Pods[i]
 		acc := byName[p.Spec.NodeName]
-		if acc == nil || !IsActivePod(p) {
+		// On a DRA node, pods are charged through their claims (chargeClaims).
+		if acc == nil || acc.dra != nil || !IsActivePod(p) {
 			continue
 		}
 		addPod(acc, p, r)
 	}
+	chargeClaims(byName, sv, o.Claims, o.Pods, r)
+	r.sum(order)
+	return r
+}
+
+// readNodes keeps the nodes the report shows, each once, in input order.
+func readNodes(nodes []corev1.Node, sv sliceView, r *Report) (map[string]*nodeAcc, []*nodeAcc) {
+	byName := make(map[string]*nodeAcc, len(nodes))
+	var order []*nodeAcc
+	for i := range nodes {
+		n := &nodes[i]
+		if _, dup := byName[n.Name]; dup {
+			continue
+		}
+		var acc *nodeAcc
+		if devices, ok := sv.devices[n.Name]; ok {
+			acc = newDRANode(n, devices, r)
+		} else if IsSharingNode(n) {
+			acc = newNode(n, r)
+		} else {
+			continue
+		}
+		byName[n.Name] = acc
+		order = append(order, acc)
+	}
+	return byName, order
+}
+
+// sum sorts the nodes, converts them to one unit and adds up the cluster.
+func (r *Report) sum(order []*nodeAcc) {
 	slices.SortFunc(order, func(a, b *nodeAcc) int { return cmp.Compare(a.node.Name, b.node.Name) })
 	unit, mixed := reportUnit(order)
 	r.Unit = unit.String()
@@ -77,10 +116,10 @@ func Build(nodes []corev1.Node, pods []corev1.Pod) *Report {
 		r.Nodes = append(r.Nodes, n)
 	}
 	r.AllocatedPercent = percent(r.Allocated, r.Total)
-	slices.SortFunc(r.Skipped, func(a, b Skipped) int {
+	// Stable: an object's several notes keep the order they were found in.
+	slices.SortStableFunc(r.Skipped, func(a, b Skipped) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-	return r
 }
 
 // newNode reads a node's totals and GPUs: per GPU from gpushare.io/gpus when
@@ -314,6 +353,10 @@ func (acc *nodeAcc) finish() Node {
 	slices.SortFunc(n.Pods, func(a, b Pod) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
+	if acc.dra != nil {
+		n.Mode = ModeDRA
+		slices.SortFunc(n.Claims, compareClaims)
+	}
 	return n
 }
 
@@ -364,6 +407,18 @@ func (n *Node) scale(factor uint64) {
 		for j := range p.Containers {
 			p.Containers[j].Units *= factor
 			p.Containers[j].UnitsPerGPU *= factor
+		}
+		scaleClaims(p.Claims, factor)
+	}
+	scaleClaims(n.Claims, factor)
+}
+
+// scaleClaims converts claims' memory by factor, as Node.scale does.
+func scaleClaims(claims []Claim, factor uint64) {
+	for i := range claims {
+		claims[i].Units *= factor
+		for j := range claims[i].Shares {
+			claims[i].Shares[j].Units *= factor
 		}
 	}
 }

@@ -8,7 +8,7 @@ import "github.com/gpushare/gpushare/plugin/gpushare"
 type Report struct {
 	// Unit labels every memory number: GiB, MiB or <n>MiB.
 	Unit string `json:"unit"`
-	// Total is the sum of the nodes' allocatable aliyun.com/gpu-mem.
+	// Total is the sum of the nodes' Total.
 	Total uint64 `json:"total"`
 	// Allocated is the sum of the nodes' Allocated.
 	Allocated uint64 `json:"allocated"`
@@ -25,7 +25,8 @@ type Node struct {
 	Name string `json:"name"`
 	// Address is the node's InternalIP, or "unknown" as the old CLI printed.
 	Address string `json:"address"`
-	// Total is the node's allocatable aliyun.com/gpu-mem.
+	// Total is the node's allocatable aliyun.com/gpu-mem; on a DRA node,
+	// the sum of its GPUs' memory as its ResourceSlice publishes it.
 	Total uint64 `json:"total"`
 	// Allocated is the units charged on the node's GPUs plus Pending.
 	Allocated uint64 `json:"allocated"`
@@ -34,14 +35,26 @@ type Node struct {
 	// Pending is the units of pods bound to the node without a GPU assignment.
 	Pending uint64 `json:"pending"`
 	// GPUSizes says where the per-GPU totals come from: "published" (our
-	// gpushare.io/gpus node annotation) or "derived" (node total divided by
+	// gpushare.io/gpus node annotation, or on a DRA node our driver's
+	// ResourceSlice) or "derived" (node total divided by
 	// aliyun.com/gpu-count, the old CLI's rule).
 	GPUSizes string `json:"gpuSizes"`
 	// GPUs are sorted by index.
 	GPUs []GPU `json:"gpus"`
 	// Pods are the pods charged on this node, sorted by namespace then name.
 	Pods []Pod `json:"pods"`
+	// Mode is ModeDRA on a node whose GPUs our DRA driver publishes in a
+	// ResourceSlice; absent on device-plugin nodes, so their documents stay
+	// byte for byte what they were before DRA.
+	Mode string `json:"mode,omitempty"`
+	// Claims are, on a DRA node, the allocated ResourceClaims holding
+	// memory on its GPUs, each with the pods reserving it, sorted by
+	// namespace then name; absent on device-plugin nodes.
+	Claims []Claim `json:"claims,omitempty"`
 }
+
+// ModeDRA marks a node served by the DRA driver (Node.Mode).
+const ModeDRA = "dra"
 
 // Where per-GPU totals come from, see Node.GPUSizes.
 const (
@@ -58,7 +71,9 @@ type GPU struct {
 	// describe but a pod's annotations name (see Known).
 	Total     uint64 `json:"total"`
 	Allocated uint64 `json:"allocated"`
-	// Healthy is false only when the device plugin published the GPU as unhealthy.
+	// Healthy is false only when the device plugin published the GPU as
+	// unhealthy, or the DRA driver tainted its device (Reason: "<taint
+	// value>, <effect>").
 	Healthy bool   `json:"healthy"`
 	Reason  string `json:"reason,omitempty"`
 	Model   string `json:"model,omitempty"`
@@ -81,11 +96,14 @@ func (g GPU) Enforces() bool { return gpushare.Isolation(g.Isolation).Limits() }
 type Pod struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// Units is the pod's request by the Kubernetes rule (init and sidecar containers included).
+	// Units is the pod's request by the Kubernetes rule (init and sidecar
+	// containers included); on a DRA node, the memory of the claims it uses,
+	// each counted once.
 	Units uint64 `json:"units"`
 	// Pending is true when the pod is bound to the node without a GPU assignment.
 	Pending bool `json:"pending"`
-	// Assigned mirrors ALIYUN_COM_GPU_MEM_ASSIGNED: the device plugin served the pod.
+	// Assigned mirrors ALIYUN_COM_GPU_MEM_ASSIGNED: the device plugin served
+	// the pod. Always false on a DRA node, which has no such annotation.
 	Assigned bool `json:"assigned"`
 	// GPUs are the units charged per GPU, sorted by index; empty when Pending.
 	// A multi-GPU pod is charged on each GPU of its set: its units / k on
@@ -104,6 +122,40 @@ type Pod struct {
 	// ComputePercent is the pod's gpushare.io/compute-percent, a limit on its
 	// share of the GPU's compute; absent when it sets none.
 	ComputePercent int `json:"computePercent,omitempty"`
+	// Claims are, on a DRA node, the allocated ResourceClaims the pod
+	// uses (it is in their status.reservedFor), sorted by name; their Pods
+	// are left out here (see Node.Claims).
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is an allocated ResourceClaim holding memory on a DRA node's GPUs.
+type Claim struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// Units is the memory the claim consumes on the node, over all its shares.
+	Units uint64 `json:"units"`
+	// Shares are its allocation results on our driver, one per GPU device,
+	// sorted by GPU index.
+	Shares []Share `json:"shares"`
+	// Pods are the pods reserving the claim (status.reservedFor), as
+	// "namespace/name", sorted; empty for a claim no pod uses now. Set in
+	// Node.Claims only.
+	Pods []string `json:"pods,omitempty"`
+}
+
+// Share is one allocation result of a claim: memory set aside on one GPU.
+type Share struct {
+	// Index is the GPU's index attribute; Device its device name in the slice.
+	Index  int    `json:"index"`
+	Device string `json:"device"`
+	// Request is the claim's request the result answers ("<request>" or
+	// "<request>/<subrequest>").
+	Request string `json:"request"`
+	// ShareID tells this share from others on the same device.
+	ShareID string `json:"shareID,omitempty"`
+	// Units is consumedCapacity["memory"] in the node's unit.
+	Units uint64 `json:"units"`
 }
 
 // GPUCharge is the units a pod holds on one GPU.
@@ -144,11 +196,14 @@ type Container struct {
 	// Env is the gpushare environment the device plugin gave the container
 	// (from the gpushare.io/container-env pod annotation); absent when none was recorded.
 	Env map[string]string `json:"env,omitempty"`
+	// Claims names, on a DRA node, the ResourceClaims (in the pod's
+	// namespace) whose memory the container uses through resources.claims.
+	Claims []string `json:"claims,omitempty"`
 }
 
 // Skipped is an object left out of the report, and why.
 type Skipped struct {
-	Kind      string `json:"kind"` // Node or Pod
+	Kind      string `json:"kind"` // Node, Pod or ResourceClaim
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name"`
 	Reason    string `json:"reason"`
@@ -161,8 +216,11 @@ func (s Skipped) String() string {
 		name = s.Namespace + "/" + s.Name
 	}
 	kind := "node"
-	if s.Kind == KindPod {
+	switch s.Kind {
+	case KindPod:
 		kind = "pod"
+	case KindClaim:
+		kind = "claim"
 	}
 	return kind + " " + name + ": " + s.Reason
 }
@@ -173,6 +231,8 @@ const (
 	KindNode = "Node"
 	// KindPod marks a skipped pod.
 	KindPod = "Pod"
+	// KindClaim marks a ResourceClaim partly read on a DRA node.
+	KindClaim = "ResourceClaim"
 )
 
 // percent truncates as the contract requires, in integers: the old CLI's

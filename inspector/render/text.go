@@ -98,6 +98,10 @@ func Details(w io.Writer, r *collect.Report) error {
 		out.WriteString("\n")
 		out.WriteString("NAME:\t" + n.Name + "\n")
 		out.WriteString("IPADDRESS:\t" + n.Address + "\n")
+		if n.Mode == collect.ModeDRA {
+			// Only DRA nodes get the line: device-plugin nodes print as before.
+			out.WriteString("MODE:\t" + collect.ModeDRA + " (" + gpushare.DRADriverName + ")\n")
+		}
 		if bad := unhealthy(n); bad != "" {
 			out.WriteString("UNHEALTHY:\t" + bad + "\n")
 		}
@@ -141,7 +145,12 @@ func Details(w io.Writer, r *collect.Report) error {
 		out.WriteString(b.String())
 		out.WriteString("Allocated :\t" + u(n.Allocated) + " (" + u(n.AllocatedPercent) + "%)\t\n")
 		out.WriteString("Total :\t" + u(n.Total) + " \t\n")
-		if n.GPUSizes == collect.SizesPublished && len(n.Pods) > 0 {
+		switch {
+		case n.Mode == collect.ModeDRA:
+			if len(n.Claims) > 0 {
+				writeClaims(out, n)
+			}
+		case n.GPUSizes == collect.SizesPublished && len(n.Pods) > 0:
 			writeContainers(out, n)
 		}
 		out.WriteString(strings.Repeat("-", dash) + "\n")
@@ -199,6 +208,74 @@ func writeContainers(out *errWriter, n *collect.Node) {
 			out.WriteString(row + envCell(c) + "\n")
 		}
 	}
+}
+
+// writeClaims adds, on a DRA node, one line per allocated ResourceClaim
+// with its memory, its GPUs and the pods (and their containers) using it;
+// a claim no pod reserves shows "-". Like the container section of
+// device-plugin nodes it follows a blank line, keeping the table above as is.
+func writeClaims(out *errWriter, n *collect.Node) {
+	out.WriteString("\nCLAIM\tREQUEST\tGPU\tPODS\n")
+	for _, c := range n.Claims {
+		gpus := claimGPUs(c)
+		request := u(c.Units)
+		if len(gpus) > 1 && c.Units%uint64(len(gpus)) == 0 && evenShares(c, gpus) {
+			request += " (" + u(c.Units/uint64(len(gpus))) + "/GPU)"
+		}
+		out.WriteString(c.Namespace + "/" + c.Name + "\t" + request + "\t" + joinInts(gpus) + "\t" + claimUsers(n, c) + "\n")
+	}
+}
+
+// claimGPUs lists, ascending and once each, the GPUs a claim holds memory on.
+func claimGPUs(c collect.Claim) []int {
+	var gpus []int
+	for _, s := range c.Shares {
+		gpus = append(gpus, s.Index)
+	}
+	slices.Sort(gpus)
+	return slices.Compact(gpus)
+}
+
+// evenShares reports whether the claim holds as much on each of gpus.
+func evenShares(c collect.Claim, gpus []int) bool {
+	per := map[int]uint64{}
+	for _, s := range c.Shares {
+		per[s.Index] += s.Units
+	}
+	return !slices.ContainsFunc(gpus, func(g int) bool { return per[g] != per[gpus[0]] })
+}
+
+// claimUsers is "ns/pod (container, ...)" for each pod reserving c, with
+// the containers that name it; "-" when no pod uses it.
+func claimUsers(n *collect.Node, c collect.Claim) string {
+	if len(c.Pods) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(c.Pods))
+	for _, key := range c.Pods {
+		s := key
+		if names := claimContainers(n, key, c.Name); len(names) > 0 {
+			s += " (" + strings.Join(names, ", ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// claimContainers names the containers of pod key that use claim.
+func claimContainers(n *collect.Node, key, claim string) []string {
+	var names []string
+	for _, p := range n.Pods {
+		if p.Namespace+"/"+p.Name != key {
+			continue
+		}
+		for _, c := range p.Containers {
+			if slices.Contains(c.Claims, claim) {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	return names
 }
 
 // podAsks is a pod's isolation annotations as a cell: the tier required
