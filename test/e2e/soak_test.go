@@ -949,6 +949,31 @@ func (s *soakBed) finalChecks() {
 	})
 	if err != nil {
 		s.violation("the extender's view differs from the annotations: %s", diff)
+		s.describeCharged(t)
+	}
+}
+
+// describeCharged logs, for every pod the extender charges, what the API server says of it now:
+// the trace of a charge that outlived its pod or landed on another GPU than the annotations.
+func (s *soakBed) describeCharged(t *testing.T) {
+	in, err := s.inspect()
+	if err != nil {
+		t.Logf("inspect: %v", err)
+		return
+	}
+	for _, node := range in.Nodes {
+		for _, d := range node.Devs {
+			for _, cp := range d.Pods {
+				p, err := s.client.CoreV1().Pods(cp.Namespace).Get(t.Context(), cp.Name, metav1.GetOptions{})
+				state := "gone"
+				if err == nil {
+					state = fmt.Sprintf("node=%q phase=%s deleting=%v annotations=%v", p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp != nil, p.Annotations)
+				} else if !apierrors.IsNotFound(err) {
+					state = err.Error()
+				}
+				t.Logf("extender charges %s/%s %d units on %s GPU %d; API server: %s", cp.Namespace, cp.Name, cp.UsedGPU, node.Name, d.ID, state)
+			}
+		}
 	}
 }
 
