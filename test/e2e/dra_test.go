@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpushare/gpushare/inspector/collect"
 	"github.com/gpushare/gpushare/plugin/dra"
 	"github.com/gpushare/gpushare/plugin/dra/store"
 	"github.com/gpushare/gpushare/plugin/gpushare"
@@ -553,6 +554,49 @@ func TestDRAClaimsRun(t *testing.T) {
 		if units > published[dev].gib {
 			t.Errorf("%s holds %d GiB of claims, more than its %d GiB", dev, units, published[dev].gib)
 		}
+	}
+	checkInspectorDRA(t, b, published, perDevice)
+}
+
+// checkInspectorDRA runs kubectl inspect gpushare -o json against the cluster and checks that it
+// shows each DRA node as one, every GPU with the memory its slice publishes and the memory its
+// allocated claims consume.
+func checkInspectorDRA(t *testing.T, b *draBed, published map[string]publishedGPU, held map[string]uint64) {
+	t.Helper()
+	code, out, errOut := inspect(t.Context(), "--kubeconfig", b.c.AdminKubeconfig(), "-o", "json")
+	if code != 0 || errOut != "" {
+		t.Fatalf("kubectl inspect gpushare -o json: exit %d, stderr %q", code, errOut)
+	}
+	var r collect.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[int][2]uint64{} // node: index: total, allocated
+	for dev, g := range published {
+		node, _, _ := strings.Cut(dev, "/")
+		if want[node] == nil {
+			want[node] = map[int][2]uint64{}
+		}
+		want[node][g.index] = [2]uint64{g.gib, held[dev]}
+	}
+	seen := 0
+	for _, n := range r.Nodes {
+		w, ok := want[n.Name]
+		if !ok {
+			continue
+		}
+		seen++
+		if n.Mode != collect.ModeDRA || len(n.GPUs) != len(w) {
+			t.Errorf("inspector shows node %s as mode %q with %d GPUs, want dra with %d", n.Name, n.Mode, len(n.GPUs), len(w))
+		}
+		for _, g := range n.GPUs {
+			if got := [2]uint64{g.Total, g.Allocated}; got != w[g.Index] {
+				t.Errorf("inspector shows %s GPU %d at %d/%d GiB, the slice and the claims say %d/%d", n.Name, g.Index, got[1], got[0], w[g.Index][1], w[g.Index][0])
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("inspector shows %d of the %d DRA nodes", seen, len(want))
 	}
 }
 
