@@ -100,7 +100,11 @@ func (d *Driver) prepareOne(c *resourceapi.ResourceClaim) (kubeletplugin.Prepare
 	if err := prepare.Overcommit(d.sharesByClaim(), shares, d.capacity()); err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	claim := prepare.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
+	params, err := prepare.ClaimParams(c, gpushare.DRADriverName, shares)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	claim := prepare.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name, Params: params}
 	if d.node.tierStatus().Tier == gpushare.IsolationHAMiCore {
 		claim.CacheDir = filepath.Join(d.cfg.Isolation.HAMiCacheRoot, "claim-"+string(c.UID))
 	}

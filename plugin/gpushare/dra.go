@@ -10,6 +10,10 @@ const (
 	// DRADeviceClassName is the DeviceClass manifests/dra ships, selecting
 	// the driver's devices; claims name it.
 	DRADeviceClassName = DRADriverName
+	// DRAParamsAPIVersion and DRAParamsKind identify a claim's opaque
+	// parameters for the driver (its compute share).
+	DRAParamsAPIVersion = DRADriverName + "/v1"
+	DRAParamsKind       = "ClaimParameters"
 	// DRACapacityMemory is the consumable capacity of a GPU device: its
 	// memory, in whole units of the node's -memory-unit.
 	DRACapacityMemory = "memory"

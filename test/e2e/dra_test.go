@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -774,6 +775,18 @@ func TestDRATiersPerClaim(t *testing.T) {
 		for _, p := range problems {
 			t.Error(p)
 		}
+	}
+
+	// A claim's compute share, as the driver's opaque parameters, reaches the MPS variable.
+	compute := claimTemplate("mps-compute", 3, 0)
+	compute.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: gpushare.DRADriverName, Parameters: runtime.RawExtension{
+			Raw: []byte(`{"apiVersion":"` + gpushare.DRAParamsAPIVersion + `","kind":"` + gpushare.DRAParamsKind + `","computePercent":30}`)}}}}}
+	b.createTemplates(t, compute)
+	b.createPods(t, claimPod("mps-compute", "mps-compute", "dra-mps"))
+	b.waitPodsRunning(t, waitLong, "mps-compute")
+	if got, _ := b.containerOf(t, "dra-mps", "mps-compute").effective(gpushare.EnvMPSActiveThreadPercentage); got != "30" {
+		t.Errorf("a claim with computePercent 30 runs with %s=%q, want 30", gpushare.EnvMPSActiveThreadPercentage, got)
 	}
 
 	// Fence MPS: its daemon killed, its binary gone, so the driver cannot start it again.

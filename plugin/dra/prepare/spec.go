@@ -46,6 +46,8 @@ type Claim struct {
 	// CacheDir is the claim's own HAMi-core cache directory on the host
 	// (hami-core only; the driver creates it).
 	CacheDir string
+	// Params are the claim's own settings (ClaimParams).
+	Params Params
 }
 
 // Answer is what Prepare hands the kubelet for a claim.
@@ -82,6 +84,7 @@ func Build(c Claim, shares []Share, gpus []GPU, cfg Config) (Answer, error) {
 		return Answer{}, err
 	}
 	env := claimEnv(set)
+	env.ComputePercent = c.Params.ComputePercent
 	uuids := make([]string, len(set))
 	for i, g := range set {
 		uuids[i] = g.UUID
