@@ -167,7 +167,7 @@ func pluginClient(t *testing.T, c *cluster.Cluster, node string) kubernetes.Inte
 	return kubeconfigClient(t, pluginKubeconfig(t, c, node))
 }
 
-func kubeconfigClient(t *testing.T, path string) kubernetes.Interface {
+func kubeconfigClient(t testing.TB, path string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
