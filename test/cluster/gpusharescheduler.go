@@ -6,14 +6,41 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 )
 
-// BuildGPUShareScheduler builds cmd/gpushare-scheduler (kube-scheduler with the GPUShare plugin,
-// a module of its own) from this checkout into dir and returns the binary's path. It compiles
-// with the bed's build cache and flags, so the Kubernetes packages the bed built are reused and
-// only the plugin and the link are new (seconds when the bed is warm).
+// BuildGPUShareScheduler puts cmd/gpushare-scheduler (kube-scheduler with the GPUShare plugin, a
+// module of its own) built from this checkout into dir and returns the binary's path. The first
+// call of a process builds it, with the bed's build cache and flags so the Kubernetes packages the
+// bed built are reused (seconds when the bed is warm); later calls hard-link that binary. Tests
+// that run in parallel would otherwise compile the same packages at once: Go's cache does not
+// share work in progress.
 func BuildGPUShareScheduler(dir string) (string, error) {
+	built, err := schedulerBuild()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "gpushare-scheduler")
+	return out, linkOrCopy(built, out)
+}
+
+var (
+	schedulerMu    sync.Mutex
+	schedulerBuilt string // this process's build of gpushare-scheduler
+)
+
+func schedulerBuild() (string, error) {
+	schedulerMu.Lock()
+	defer schedulerMu.Unlock()
+	if schedulerBuilt != "" {
+		return schedulerBuilt, nil
+	}
 	script, err := buildScript()
+	if err != nil {
+		return "", err
+	}
+	// In this process's own build directory, removed with the others by removeStaleOwnBuilds.
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", ownPrefix, os.Getpid()))
 	if err != nil {
 		return "", err
 	}
@@ -25,8 +52,10 @@ func BuildGPUShareScheduler(dir string) (string, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
+		_ = os.RemoveAll(dir)
 		return "", fmt.Errorf("build gpushare-scheduler in %s: %w\n%s", src, err, stderr.String())
 	}
+	schedulerBuilt = out
 	return out, nil
 }
 
