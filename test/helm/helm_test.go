@@ -183,11 +183,12 @@ var overlays = []struct {
 	{"isolation-hami-core", map[string]any{"devicePlugin": map[string]any{"isolation": "hami-core"}}, []string{"isolation-hami-core"}},
 	{"second-scheduler", map[string]any{"scheduler": map[string]any{"mode": "secondScheduler"}}, []string{".", "second-scheduler"}},
 	{"scheduler-plugin", map[string]any{"scheduler": map[string]any{"mode": "schedulerPlugin"}}, []string{".", "scheduler-plugin"}},
+	{"dra", map[string]any{"dra": map[string]any{"enabled": true}}, []string{".", "dra"}},
 }
 
 // TestTemplateMatchesKustomize: the chart with default values renders exactly manifests/base, and
-// with each overlay's option exactly what that overlay (plus manifests/ for the schedulers, which
-// are applied after it) installs.
+// with each overlay's option exactly what that overlay (plus manifests/ for the schedulers and the
+// DRA mode, which are applied after it) installs.
 func TestTemplateMatchesKustomize(t *testing.T) {
 	for _, o := range overlays {
 		t.Run(o.name, func(t *testing.T) {
@@ -211,6 +212,7 @@ func TestLint(t *testing.T) {
 	for _, o := range overlays {
 		cases[o.name] = o.values
 	}
+	cases["dra options"] = draOptions()
 	cases["tls+serviceMonitor"] = map[string]any{
 		"tls": map[string]any{"enabled": true},
 		"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true,
@@ -269,8 +271,24 @@ func args(t *testing.T, o *unstructured.Unstructured) []string {
 	return out
 }
 
+// draOptions: the DRA mode with its options away from the defaults. A function, not a shared map:
+// Helm deletes the null it is given from the caller's values as it coalesces them.
+func draOptions() map[string]any {
+	return map[string]any{
+		"dra": map[string]any{
+			"enabled":            true,
+			"deviceListStrategy": "cdi-cri",
+			"admissionPolicy":    false,
+			"nodeSelector":       map[string]any{"gpu": "dra", "gpushare.io/dra": nil},
+			"extraArgs":          []any{"--isolation-probe-interval=1m"},
+		},
+		"devicePlugin": map[string]any{"memoryUnit": "256MiB", "runtimeClassName": "nvidia"},
+	}
+}
+
 // TestOptions covers the values no overlay stands for: images, memory unit, metrics and the
-// ServiceMonitors, node selection; and that ServiceMonitors appear only when asked for.
+// ServiceMonitors, node selection, the DRA driver's options; and that ServiceMonitors and the DRA
+// objects appear only when asked for.
 func TestOptions(t *testing.T) {
 	t.Run("no ServiceMonitor by default", func(t *testing.T) {
 		for _, o := range renderObjects(t, map[string]any{"metrics": map[string]any{"devicePlugin": true}}) {
@@ -278,6 +296,36 @@ func TestOptions(t *testing.T) {
 				t.Errorf("%s rendered without metrics.serviceMonitor.enabled", key(o))
 			}
 		}
+	})
+	t.Run("no DRA by default", func(t *testing.T) {
+		for _, o := range renderObjects(t, nil) {
+			if o.GetAPIVersion() == "resource.k8s.io/v1" || o.GetName() == "gpushare-dra-driver" {
+				t.Errorf("%s rendered without dra.enabled", key(o))
+			}
+		}
+	})
+	t.Run("dra", func(t *testing.T) {
+		objs := renderObjects(t, draOptions())
+		ds := find(t, objs, "DaemonSet", "gpushare-dra-driver")
+		want := []string{"--mode=dra", "--memory-unit=256MiB", "--log-level=info", "--device-list-strategy=cdi-cri", "--isolation-probe-interval=1m"}
+		if d := cmp.Diff(want, args(t, ds)); d != "" {
+			t.Errorf("driver args (-want +got):\n%s", d)
+		}
+		spec, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+		if d := cmp.Diff(map[string]any{"gpu": "dra"}, spec["nodeSelector"]); d != "" {
+			t.Errorf("nodeSelector: %s", d)
+		}
+		if spec["runtimeClassName"] != "nvidia" {
+			t.Errorf("runtimeClassName %v, want nvidia", spec["runtimeClassName"])
+		}
+		find(t, objs, "DeviceClass", "gpu-mem.gpushare.io")
+		for _, o := range objs {
+			if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetName() == "gpushare-dra-driver" {
+				t.Errorf("%s rendered with dra.admissionPolicy=false", key(o))
+			}
+		}
+		// The device plugin's DaemonSet stays: nodes pick their mode by label.
+		find(t, objs, "DaemonSet", "gpushare-device-plugin")
 	})
 	t.Run("metrics", func(t *testing.T) {
 		objs := renderObjects(t, withMetrics)
@@ -312,6 +360,7 @@ func TestOptions(t *testing.T) {
 			{map[string]any{"extender": map[string]any{"service": map[string]any{"type": "NodePort"}}}, "http://127.0.0.1:32766/gpushare-scheduler"},
 			{map[string]any{"scheduler": map[string]any{"mode": "secondScheduler"}}, "schedulerName: gpushare-scheduler"},
 			{map[string]any{"scheduler": map[string]any{"mode": "schedulerPlugin"}}, "schedulerName: gpushare-scheduler"},
+			{map[string]any{"dra": map[string]any{"enabled": true}}, "kubectl label node <gpu-node> gpushare.io/dra=true"},
 		} {
 			rel, err := renderRelease(t, c.vals)
 			if err != nil {
@@ -367,6 +416,7 @@ func TestRefused(t *testing.T) {
 		"unknown mode":             {map[string]any{"scheduler": map[string]any{"mode": "default"}}, "mode"},
 		"misspelt value":           {map[string]any{"tls": map[string]any{"enable": true}}, "enable"},
 		"bad unit":                 {map[string]any{"devicePlugin": map[string]any{"memoryUnit": "GB"}}, "memoryUnit"},
+		"dra volume-mounts":        {map[string]any{"dra": map[string]any{"enabled": true, "deviceListStrategy": "volume-mounts"}}, "deviceListStrategy"},
 		"tls with second schedule": {map[string]any{"tls": map[string]any{"enabled": true}, "scheduler": map[string]any{"mode": "secondScheduler"}}, "tls.enabled needs scheduler.mode=extender"},
 		"tls monitor without cert": {map[string]any{"tls": map[string]any{"enabled": true}, "metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}, "tlsConfig"},
 	} {

@@ -22,6 +22,11 @@ it, so it follows the release's namespace.
 system:serviceaccount:{{ .Release.Namespace }}:gpushare-device-plugin
 {{- end }}
 
+{{/* The same for the DRA driver's ServiceAccount (dra.admissionPolicy). */}}
+{{- define "gpushare.draDriverUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:gpushare-dra-driver
+{{- end }}
+
 {{/* The name of the second scheduler, of either kind; also its Lease and ConfigMap prefix. */}}
 {{- define "gpushare.schedulerName" -}}
 gpushare-scheduler
