@@ -927,24 +927,20 @@ func (s *soakBed) finalChecks() {
 		}
 	}
 	// Nothing lost or counted twice: the extender's charges equal the annotations on every GPU.
-	want2 := perGPU{}
-	for _, p := range l.Items {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			continue
-		}
-		reqs, _ := gpushare.ContainerRequests(&p)
-		asg, _, _ := gpushare.DecodePodAssignment(p.Annotations)
-		charges, err := asg.Charges(reqs)
-		if err == nil {
-			want2.add(p.Spec.NodeName, charges)
-		}
-	}
+	// Both are read again at every poll: a pod pending when the list above was taken may be bound
+	// since (the scheduler retries it once the churn freed room), and the extender rightly charges
+	// it. Comparing against that first list once failed twice (seeds 1796282811938623460 and
+	// 1796295909430246747) with a charge the API server showed, annotations and all.
 	var diff string
 	// A Binding reset in the churn's last moments keeps its charge until the write horizon has
 	// passed and a read settles it (the scheduler's retry, or the verifier's next round).
 	settle := cache.DefaultWriteHorizon + cache.DefaultAssumeTTL/4 + waitLong
-	err = cluster.Poll(t.Context(), settle, "the extender's /inspect agrees with the annotations", func(context.Context) (bool, error) {
-		diff = s.inspectDiff(want2)
+	err = cluster.Poll(t.Context(), settle, "the extender's /inspect agrees with the annotations", func(ctx context.Context) (bool, error) {
+		now, err := s.client.CoreV1().Pods(soakNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		diff = s.inspectDiff(annotatedCharges(now.Items))
 		return diff == "", nil
 	})
 	if err != nil {
@@ -975,6 +971,22 @@ func (s *soakBed) describeCharged(t *testing.T) {
 			}
 		}
 	}
+}
+
+// annotatedCharges is what the bound pods' assignment annotations charge on each GPU.
+func annotatedCharges(items []corev1.Pod) perGPU {
+	want := perGPU{}
+	for _, p := range items {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			continue
+		}
+		reqs, _ := gpushare.ContainerRequests(&p)
+		asg, _, _ := gpushare.DecodePodAssignment(p.Annotations)
+		if charges, err := asg.Charges(reqs); err == nil {
+			want.add(p.Spec.NodeName, charges)
+		}
+	}
+	return want
 }
 
 // refusedInFaultWindow tells whether a failed pod's node had its kubelet or plugin restarted
