@@ -62,3 +62,29 @@ const (
 	// DefaultDRARegistrarDir is where the kubelet looks for registration sockets.
 	DefaultDRARegistrarDir = "/var/lib/kubelet/plugins_registry"
 )
+
+// Contract names of the DRA front door (docs/dra.md): the webhook turns a
+// pod asking for aliyun.com/gpu-mem, in a namespace labelled
+// LabelNamespaceDRA=true, into a pod with one ResourceClaim of
+// DRADeviceClassName made from a template the webhook names by the pod's
+// request shape.
+const (
+	// LabelNamespaceDRA=LabelValueDRA on a namespace opts its pods into the
+	// translation, as the same label on a node runs the driver there.
+	LabelNamespaceDRA = "gpushare.io/dra"
+	LabelValueDRA     = "true"
+	// DRAPodClaimName is the name of the claim entry the webhook adds to
+	// spec.resourceClaims and each GPU container's resources.claims.
+	DRAPodClaimName = "gpushare-gpu-mem"
+	// DRATemplatePrefix starts the name of every ResourceClaimTemplate the
+	// webhook makes; the rest of the name is the request shape, so a
+	// template can be made again from its name alone.
+	DRATemplatePrefix = "gpushare-"
+	// DRARequestPrefix names a template's requests: one per container
+	// share, DRARequestPrefix + its position ("gpu-0", "gpu-1").
+	DRARequestPrefix = "gpu-"
+	// LabelManagedBy=ManagedByWebhook marks the templates the webhook made
+	// and may delete once no pod uses them.
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedByWebhook = "gpushare-webhook"
+)
