@@ -149,3 +149,14 @@ func serverTLS(certs *fileReloader[*tls.Certificate], clientCAs *fileReloader[*x
 	}
 	return base
 }
+
+// ServingTLS is a listener's TLS configuration serving the pair in certFile
+// and keyFile, reloaded when the files change, without client certificates:
+// the webhook's listener, which only the API server calls.
+func ServingTLS(certFile, keyFile string, log *zap.Logger) (*tls.Config, error) {
+	certs, err := newCertReloader(certFile, keyFile, tlsRecheck, time.Now, log)
+	if err != nil {
+		return nil, err
+	}
+	return serverTLS(certs, nil), nil
+}

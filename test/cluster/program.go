@@ -78,7 +78,7 @@ func OwnBinaries(dir string, race bool) (string, error) {
 	return dir, nil
 }
 
-var ownCommands = []string{"gpushare-scheduler-extender", "gpushare-device-plugin", "kubectl-inspect-gpushare"}
+var ownCommands = []string{"gpushare-scheduler-extender", "gpushare-device-plugin", "kubectl-inspect-gpushare", "gpushare-webhook"}
 
 var (
 	ownMu    sync.Mutex
