@@ -138,9 +138,10 @@ const (
 	draPolicy         = "gpushare-dra-driver"
 )
 
-// applyDRAObjects applies what manifests/dra ships but its DaemonSet (the tests run the driver
-// in-process, with its DaemonSet pod's credentials): the DeviceClass, the ServiceAccount, its
-// ClusterRole and binding, and the slice admission policy and its binding.
+// applyDRAObjects applies what manifests/dra ships but its workloads (the tests run the driver
+// in-process, with its DaemonSet pod's credentials, and the webhook as a process): the
+// DeviceClass, the ServiceAccounts, their ClusterRoles and bindings, and the slice admission
+// policy and its binding.
 func applyDRAObjects(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	dir, err := manifests.Dir()
@@ -157,7 +158,10 @@ func applyDRAObjects(t testing.TB, c *cluster.Cluster) {
 	}
 	kinds := map[string]bool{}
 	for _, o := range objs {
-		if o.GetKind() == "DaemonSet" {
+		// The programs run in the tests, not as workloads; the webhook's configuration points at
+		// a Service the bed cannot route to (TestDRAWebhook registers it with a loopback URL).
+		switch o.GetKind() {
+		case "DaemonSet", "Deployment", "Service", "NetworkPolicy", "MutatingWebhookConfiguration":
 			continue
 		}
 		if o.GetKind() == "DeviceClass" && o.GetName() != gpushare.DRADeviceClassName {
@@ -334,20 +338,26 @@ type allocation struct {
 // podAllocation reads the claim the pod's "gpu" entry names and its allocation.
 func (b *draBed) podAllocation(t testing.TB, pod string) allocation {
 	t.Helper()
-	p, err := b.client.CoreV1().Pods(b.claimNS).Get(t.Context(), pod, metav1.GetOptions{})
+	return b.claimAllocation(t, b.claimNS, pod, "gpu")
+}
+
+// claimAllocation reads the claim the pod's entry names and its allocation.
+func (b *draBed) claimAllocation(t testing.TB, ns, pod, entry string) allocation {
+	t.Helper()
+	p, err := b.client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var claimName string
 	for _, s := range p.Status.ResourceClaimStatuses {
-		if s.Name == "gpu" && s.ResourceClaimName != nil {
+		if s.Name == entry && s.ResourceClaimName != nil {
 			claimName = *s.ResourceClaimName
 		}
 	}
 	if claimName == "" {
 		t.Fatalf("pod %s names no generated claim in its status: %+v", pod, p.Status.ResourceClaimStatuses)
 	}
-	claim, err := b.client.ResourceV1().ResourceClaims(b.claimNS).Get(t.Context(), claimName, metav1.GetOptions{})
+	claim, err := b.client.ResourceV1().ResourceClaims(ns).Get(t.Context(), claimName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
