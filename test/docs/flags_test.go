@@ -163,7 +163,7 @@ func TestREADMEFlags(t *testing.T) {
 		t.Fatalf("go build ./cmd/...: %v\n%s", err, out)
 	}
 	tables := readmeTables(t, filepath.Join(root, "README.md"))
-	programs := []string{"gpushare-scheduler-extender", "gpushare-device-plugin", "kubectl-inspect-gpushare"}
+	programs := []string{"gpushare-scheduler-extender", "gpushare-device-plugin", "kubectl-inspect-gpushare", "gpushare-webhook"}
 	for _, program := range programs {
 		t.Run(program, func(t *testing.T) {
 			flags := helpFlags(t, filepath.Join(bin, program))
