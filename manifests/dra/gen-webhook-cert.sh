@@ -2,31 +2,33 @@
 # Issues gpushare-webhook's serving certificate from a CA made for it alone, and writes what the
 # API server and the webhook need:
 #
-#   manifests/dra/gen-webhook-cert.sh OUT_DIR [--days N]
+#   manifests/dra/gen-webhook-cert.sh OUT_DIR [--days N] [--namespace NS]
 #
 # OUT_DIR gets:
 #   ca.crt, ca.key           the CA (keep ca.key offline; it signs every renewal)
-#   webhook.crt/.key         the serving certificate for gpushare-webhook.kube-system.svc
-#   secret.yaml              the Secret kube-system/gpushare-webhook-tls the Deployment mounts
+#   webhook.crt/.key         the serving certificate for gpushare-webhook.NS.svc (NS: kube-system)
+#   secret.yaml              the Secret NS/gpushare-webhook-tls the Deployment mounts
 #   cabundle-patch.yaml      a kustomize patch setting the MutatingWebhookConfiguration's caBundle
+#   cabundle.b64             the same CA, base64, for Helm's dra.webhook.caBundle
 # Then: kubectl apply -f OUT_DIR/secret.yaml, and apply manifests/dra with the patch (or run
 # kubectl patch mutatingwebhookconfiguration gpushare-webhook --type=json -p "$(cat OUT_DIR/cabundle.json)").
 # Run it again with the same OUT_DIR to renew: the CA is reused when ca.key is there.
 set -euo pipefail
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 out=$1; shift
-days=365
+days=365 ns=kube-system
 while [ $# -gt 0 ]; do
   case $1 in
     --days) days=$2; shift 2 ;;
+    --namespace) ns=$2; shift 2 ;;
     *) usage ;;
   esac
 done
 command -v openssl >/dev/null || { echo "gen-webhook-cert.sh: openssl is required" >&2; exit 1; }
 mkdir -p "$out"
 umask 077
-svc=gpushare-webhook ns=kube-system
+svc=gpushare-webhook
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
 if [ ! -f "$out/ca.key" ]; then
   key "$out/ca.key"
@@ -63,4 +65,5 @@ webhooks:
     caBundle: $(b64 "$out/ca.crt")
 YAML
 printf '[{"op":"add","path":"/webhooks/0/clientConfig/caBundle","value":"%s"}]\n' "$(b64 "$out/ca.crt")" >"$out/cabundle.json"
-echo "wrote $out: apply secret.yaml, then manifests/dra with cabundle-patch.yaml (or patch with cabundle.json)"
+b64 "$out/ca.crt" >"$out/cabundle.b64"
+echo "wrote $out: apply secret.yaml, then manifests/dra with cabundle-patch.yaml (or patch with cabundle.json; with Helm: --set dra.webhook.caBundle=\$(cat $out/cabundle.b64))"

@@ -3,6 +3,7 @@ package helm
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -299,7 +300,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("no DRA by default", func(t *testing.T) {
 		for _, o := range renderObjects(t, nil) {
-			if o.GetAPIVersion() == "resource.k8s.io/v1" || o.GetName() == "gpushare-dra-driver" {
+			if o.GetAPIVersion() == "resource.k8s.io/v1" || o.GetName() == "gpushare-dra-driver" || o.GetName() == "gpushare-webhook" {
 				t.Errorf("%s rendered without dra.enabled", key(o))
 			}
 		}
@@ -326,6 +327,59 @@ func TestOptions(t *testing.T) {
 		}
 		// The device plugin's DaemonSet stays: nodes pick their mode by label.
 		find(t, objs, "DaemonSet", "gpushare-device-plugin")
+	})
+	t.Run("dra webhook", func(t *testing.T) {
+		vals := draOptions()
+		vals["images"] = map[string]any{"webhook": map[string]any{"repository": "my.registry/wh", "tag": "v3"}}
+		vals["dra"].(map[string]any)["webhook"] = map[string]any{
+			"replicas":          3,
+			"failurePolicy":     "Ignore",
+			"namespaceSelector": map[string]any{"matchLabels": nil, "matchExpressions": []any{map[string]any{"key": "team", "operator": "In", "values": []any{"ml"}}}},
+			"templateGrace":     "1h",
+			"tlsSecretName":     "wh-tls",
+			"caBundle":          "Q0E=",
+			"extraArgs":         []any{"--sweep-interval=30s"},
+		}
+		objs := renderObjects(t, vals)
+		dep := find(t, objs, "Deployment", "gpushare-webhook")
+		want := []string{"-listen=:8443", "-tls-cert-file=/tls/tls.crt", "-tls-key-file=/tls/tls.key", "-memory-unit=256MiB", "-template-grace=1h", "-log-level=info", "--sweep-interval=30s"}
+		if d := cmp.Diff(want, args(t, dep)); d != "" {
+			t.Errorf("webhook args (-want +got):\n%s", d)
+		}
+		if img := container(t, dep)["image"]; img != "my.registry/wh:v3" {
+			t.Errorf("webhook image %v", img)
+		}
+		if n, _, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); fmt.Sprint(n) != "3" {
+			t.Errorf("replicas %v, want 3", n)
+		}
+		vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
+		if name, _, _ := unstructured.NestedString(vols[0].(map[string]any), "secret", "secretName"); name != "wh-tls" {
+			t.Errorf("TLS Secret %q, want wh-tls", name)
+		}
+		mwc := find(t, objs, "MutatingWebhookConfiguration", "gpushare-webhook")
+		hooks, _, _ := unstructured.NestedSlice(mwc.Object, "webhooks")
+		hook := hooks[0].(map[string]any)
+		if hook["failurePolicy"] != "Ignore" {
+			t.Errorf("failurePolicy %v", hook["failurePolicy"])
+		}
+		if ca, _, _ := unstructured.NestedString(hook, "clientConfig", "caBundle"); ca != "Q0E=" {
+			t.Errorf("caBundle %q", ca)
+		}
+		if _, ok := mwc.GetAnnotations()["cert-manager.io/inject-ca-from"]; ok {
+			t.Error("cert-manager's injection annotation set beside a caBundle: the injector would overwrite it")
+		}
+		wantSel := map[string]any{"matchExpressions": []any{map[string]any{"key": "team", "operator": "In", "values": []any{"ml"}}}}
+		if d := cmp.Diff(wantSel, hook["namespaceSelector"]); d != "" {
+			t.Errorf("namespaceSelector (-want +got):\n%s", d)
+		}
+
+		vals = draOptions()
+		vals["dra"].(map[string]any)["webhook"] = map[string]any{"enabled": false}
+		for _, o := range renderObjects(t, vals) {
+			if o.GetName() == "gpushare-webhook" {
+				t.Errorf("%s rendered with dra.webhook.enabled=false", key(o))
+			}
+		}
 	})
 	t.Run("metrics", func(t *testing.T) {
 		objs := renderObjects(t, withMetrics)
@@ -361,6 +415,8 @@ func TestOptions(t *testing.T) {
 			{map[string]any{"scheduler": map[string]any{"mode": "secondScheduler"}}, "schedulerName: gpushare-scheduler"},
 			{map[string]any{"scheduler": map[string]any{"mode": "schedulerPlugin"}}, "schedulerName: gpushare-scheduler"},
 			{map[string]any{"dra": map[string]any{"enabled": true}}, "kubectl label node <gpu-node> gpushare.io/dra=true"},
+			{map[string]any{"dra": map[string]any{"enabled": true}}, "kubectl label namespace <namespace> gpushare.io/dra=true"},
+			{map[string]any{"dra": map[string]any{"enabled": true}}, "gen-webhook-cert.sh <dir> --namespace kube-system"},
 		} {
 			rel, err := renderRelease(t, c.vals)
 			if err != nil {
@@ -417,6 +473,8 @@ func TestRefused(t *testing.T) {
 		"misspelt value":           {map[string]any{"tls": map[string]any{"enable": true}}, "enable"},
 		"bad unit":                 {map[string]any{"devicePlugin": map[string]any{"memoryUnit": "GB"}}, "memoryUnit"},
 		"dra volume-mounts":        {map[string]any{"dra": map[string]any{"enabled": true, "deviceListStrategy": "volume-mounts"}}, "deviceListStrategy"},
+		"webhook failure policy":   {map[string]any{"dra": map[string]any{"enabled": true, "webhook": map[string]any{"failurePolicy": "Open"}}}, "failurePolicy"},
+		"webhook grace":            {map[string]any{"dra": map[string]any{"enabled": true, "webhook": map[string]any{"templateGrace": "ten minutes"}}}, "templateGrace"},
 		"tls with second schedule": {map[string]any{"tls": map[string]any{"enabled": true}, "scheduler": map[string]any{"mode": "secondScheduler"}}, "tls.enabled needs scheduler.mode=extender"},
 		"tls monitor without cert": {map[string]any{"tls": map[string]any{"enabled": true}, "metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}, "tlsConfig"},
 	} {
