@@ -100,7 +100,7 @@ func (d *Driver) prepareOne(c *resourceapi.ResourceClaim) (kubeletplugin.Prepare
 	if err := prepare.Overcommit(d.sharesByClaim(), shares, d.capacity()); err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	params, err := prepare.ClaimParams(c, gpushare.DRADriverName, shares)
+	params, err := requestParams(c, shares)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
@@ -112,26 +112,62 @@ func (d *Driver) prepareOne(c *resourceapi.ResourceClaim) (kubeletplugin.Prepare
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	done := store.Claim{Namespace: c.Namespace, Name: c.Name, Shares: shares, CDIDevices: ans.CDIDevices, Spec: ans.Spec, CacheDir: claim.CacheDir}
-	if err := d.commit(c.UID, done); err != nil {
+	done := store.Claim{Namespace: c.Namespace, Name: c.Name, Shares: shares, Spec: ans.Spec, CacheDir: claim.CacheDir}
+	done.SetCDIDevices(ans.Requests)
+	if err := d.commit(c.UID, done, cacheDirs(ans.Requests)); err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	d.log.Info("claim prepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)),
-		zap.Strings("cdiDevices", ans.CDIDevices), zap.Uint64("units", ans.Env.ContainerUnits), zap.String("isolation", string(ans.Env.Isolation)))
+	for _, r := range ans.Requests {
+		d.log.Info("claim prepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)), zap.String("request", r.Request),
+			zap.Strings("cdiDevices", r.CDIDevices), zap.Uint64("units", r.Env.ContainerUnits), zap.String("isolation", string(r.Env.Isolation)))
+	}
 	return d.result(done), nil
 }
 
-// commit creates the claim's cache directory, writes its specification and
-// then the checkpoint: a crash in between leaves files the next Unprepare
-// of that UID removes, never a checkpointed claim without its files.
-func (d *Driver) commit(uid types.UID, done store.Claim) error {
-	if done.CacheDir != "" {
+// requestParams reads each request's parameters: a configuration naming
+// requests applies to those only.
+func requestParams(c *resourceapi.ResourceClaim, shares []prepare.Share) (map[string]prepare.Params, error) {
+	out := map[string]prepare.Params{}
+	for _, s := range shares {
+		r := prepare.BaseRequest(s.Request)
+		if _, ok := out[r]; ok {
+			continue
+		}
+		own := slices.DeleteFunc(slices.Clone(shares), func(o prepare.Share) bool { return prepare.BaseRequest(o.Request) != r })
+		p, err := prepare.ClaimParams(c, gpushare.DRADriverName, own)
+		if err != nil {
+			return nil, err
+		}
+		out[r] = p
+	}
+	return out, nil
+}
+
+// cacheDirs are the HAMi-core cache directories of a claim's requests.
+func cacheDirs(reqs []prepare.RequestAnswer) []string {
+	var out []string
+	for _, r := range reqs {
+		if r.CacheDir != "" {
+			out = append(out, r.CacheDir)
+		}
+	}
+	return out
+}
+
+// commit creates the claim's cache directories, writes its specification
+// and then the checkpoint: a crash in between leaves files the next
+// Unprepare of that UID removes, never a checkpointed claim without its
+// files.
+func (d *Driver) commit(uid types.UID, done store.Claim, dirs []string) error {
+	for _, dir := range dirs {
 		// Every container user must be able to write HAMi-core's cache.
-		if err := os.MkdirAll(done.CacheDir, 0o777); err != nil {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return fmt.Errorf("create the claim's HAMi-core cache directory: %w", err)
 		}
-		if err := os.Chmod(done.CacheDir, 0o777); err != nil {
-			return fmt.Errorf("create the claim's HAMi-core cache directory: %w", err)
+		for p := dir; p != filepath.Dir(done.CacheDir) && p != "/" && p != "."; p = filepath.Dir(p) {
+			if err := os.Chmod(p, 0o777); err != nil {
+				return fmt.Errorf("create the claim's HAMi-core cache directory: %w", err)
+			}
 		}
 	}
 	if err := d.store.WriteSpec(uid, done.Spec); err != nil {
@@ -147,14 +183,25 @@ func (d *Driver) commit(uid types.UID, done store.Claim) error {
 }
 
 // result is the kubelet's answer for a prepared claim: one device per
-// share, and the claim's CDI devices on the first only, so a container
-// gets them once whichever way it names the claim.
+// share, each request's CDI devices on its first device only, so a
+// container naming a request gets them once (the kubelet gives a container
+// the devices of the request it names, or of the whole claim).
 func (d *Driver) result(c store.Claim) kubeletplugin.PrepareResult {
 	res := kubeletplugin.PrepareResult{Devices: make([]kubeletplugin.Device, 0, len(c.Shares))}
+	given := map[string]bool{}
 	for i, s := range c.Shares {
+		base := prepare.BaseRequest(s.Request)
 		dev := kubeletplugin.Device{Requests: []string{s.Request}, PoolName: s.Pool, DeviceName: s.Device, ShareID: s.ShareID}
-		if i == 0 {
+		if base != s.Request {
+			// A container names the request, not the subrequest chosen.
+			dev.Requests = append(dev.Requests, base)
+		}
+		switch {
+		case c.RequestCDIDevices == nil && i == 0:
 			dev.CDIDeviceIDs = slices.Clone(c.CDIDevices)
+		case c.RequestCDIDevices != nil && !given[base]:
+			dev.CDIDeviceIDs = slices.Clone(c.RequestCDIDevices[base])
+			given[base] = true
 		}
 		res.Devices = append(res.Devices, dev)
 	}

@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -173,6 +174,74 @@ func TestPrepareIdempotentAcrossRestarts(t *testing.T) {
 	}
 	if prepared, _ := newTestDriver(t, base, d, isolation.Status{}).store.Load(); len(prepared) != 0 {
 		t.Errorf("checkpoint after Unprepare: %v", prepared)
+	}
+}
+
+// TestPrepareSeveralRequests: a claim of two requests on one GPU (the webhook's pod of two
+// containers) gets a CDI device per request, named by the kubelet's result of that request only, a
+// HAMi-core cache directory per request, and the same answer after a restart; Unprepare removes all.
+func TestPrepareSeveralRequests(t *testing.T) {
+	base := simulated(t, "simulated:dgxh100")
+	d := newDirs(t)
+	drv := newTestDriver(t, base, d, isolation.Status{Tier: gpushare.IsolationHAMiCore})
+	gpu := deviceOf(t, base[2])
+	c := allocated("uid-2", "3Gi", gpu)
+	second := allocated("uid-2", "2Gi", gpu).Status.Allocation.Devices.Results[0]
+	second.Request = "gpu-1"
+	c.Status.Allocation.Devices.Results[0].Request = "gpu-0"
+	c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, second)
+
+	first := prepareOK(t, drv, c)
+	if len(first.Devices) != 2 {
+		t.Fatalf("devices %+v: want one per result", first.Devices)
+	}
+	for i, req := range []string{"gpu-0", "gpu-1"} {
+		dev := first.Devices[i]
+		want := []string{gpushare.DRACDIKind + "=uid-2-" + req}
+		if !slices.Equal(dev.Requests, []string{req}) || !slices.Equal(dev.CDIDeviceIDs, want) {
+			t.Errorf("device %d: requests %v, CDI IDs %v; want [%s], %v", i, dev.Requests, dev.CDIDeviceIDs, req, want)
+		}
+		if fi, err := os.Stat(filepath.Join(d.hami, "claim-uid-2", req)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o777 {
+			t.Errorf("%s's cache directory: %v, %v", req, fi, err)
+		}
+	}
+	spec := readSpec(t, d, "uid-2")
+	if len(spec.Devices) != 2 || !slices.Contains(spec.Devices[1].ContainerEdits.Env, "CUDA_DEVICE_MEMORY_LIMIT=2048m") ||
+		!slices.Contains(spec.Devices[1].ContainerEdits.Env, "ALIYUN_COM_GPU_MEM_POD=5") {
+		t.Errorf("spec %+v: want two devices, the second limited to 2 GiB of a pod of 5", spec.Devices)
+	}
+	restarted := newTestDriver(t, base, d, isolation.Status{Tier: gpushare.IsolationHAMiCore})
+	if again := prepareOK(t, restarted, c); !reflect.DeepEqual(again, first) {
+		t.Errorf("Prepare after a restart %+v, first %+v", again, first)
+	}
+	// The GPU holds 5 of its units for this claim: one unit more than the rest is refused, the rest fits.
+	capacity := restarted.capacity()[gpu]
+	if res, _ := restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{allocated("uid-3", fmt.Sprintf("%dGi", capacity-4), gpu)}); res["uid-3"].Err == nil {
+		t.Errorf("a claim of %d units beside the two requests' 5 on a GPU of %d was prepared", capacity-4, capacity)
+	}
+	prepareOK(t, restarted, allocated("uid-3", fmt.Sprintf("%dGi", capacity-5), gpu))
+	res, err := restarted.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "uid-2"}})
+	if err != nil || res["uid-2"] != nil {
+		t.Fatalf("Unprepare: %v, %v", err, res["uid-2"])
+	}
+	if _, err := os.Stat(filepath.Join(d.hami, "claim-uid-2")); !os.IsNotExist(err) {
+		t.Errorf("cache directories still there after Unprepare: %v", err)
+	}
+}
+
+// TestCheckpointOfOneRequestUnchanged: a claim of one request checkpoints its CDI IDs in the
+// first form (cdiDevices), so a driver of the previous version reads what this one wrote.
+func TestCheckpointOfOneRequestUnchanged(t *testing.T) {
+	base := simulated(t, "simulated:dgxh100")
+	d := newDirs(t)
+	drv := newTestDriver(t, base, d, isolation.Status{Tier: gpushare.IsolationNone})
+	prepareOK(t, drv, allocated("uid-4", "4Gi", deviceOf(t, base[0])))
+	b, err := os.ReadFile(filepath.Join(d.data, store.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"cdiDevices":["`+gpushare.DRACDIKind+`=uid-4"]`) || strings.Contains(string(b), "requestCDIDevices") {
+		t.Errorf("checkpoint %s: want the claim's CDI IDs in cdiDevices alone", b)
 	}
 }
 

@@ -66,7 +66,7 @@ func appliesTo(requests []string, shares []Share) bool {
 		return true
 	}
 	return slices.ContainsFunc(shares, func(s Share) bool {
-		return slices.Contains(requests, s.Request) || slices.Contains(requests, baseRequest(s.Request))
+		return slices.Contains(requests, s.Request) || slices.Contains(requests, BaseRequest(s.Request))
 	})
 }
 

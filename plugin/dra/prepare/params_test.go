@@ -70,7 +70,7 @@ func TestBuildComputeShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := prepare.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name, Params: prepare.Params{ComputePercent: 30}}
+	pc := prepare.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name, Params: map[string]prepare.Params{"gpu": {ComputePercent: 30}}}
 	ans, err := prepare.Build(pc, shares, gpus(gpushare.IsolationMPS), cfg)
 	if err != nil {
 		t.Fatal(err)

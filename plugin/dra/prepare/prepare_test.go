@@ -188,8 +188,8 @@ func TestBuildOneGPU(t *testing.T) {
 			if !slices.Equal(mounts, want) {
 				t.Errorf("mounts %v, want %v", mounts, want)
 			}
-			if !slices.Equal(ans.CDIDevices, []string{gpushare.DRACDIKind + "=" + string(claim().UID)}) {
-				t.Errorf("CDI devices %v", ans.CDIDevices)
+			if !slices.Equal(ans.Requests[0].CDIDevices, []string{gpushare.DRACDIKind + "=" + string(claim().UID)}) {
+				t.Errorf("CDI devices %v", ans.Requests[0].CDIDevices)
 			}
 		})
 	}
@@ -213,8 +213,8 @@ func TestBuildMultiGPUWithCDINames(t *testing.T) {
 			first, second = "0", "2"
 		}
 		want := []string{"nvidia.com/gpu=" + first, "nvidia.com/gpu=" + second, gpushare.DRACDIKind + "=" + string(claim().UID)}
-		if !slices.Equal(ans.CDIDevices, want) {
-			t.Errorf("%s: CDI devices %v, want %v", ids, ans.CDIDevices, want)
+		if !slices.Equal(ans.Requests[0].CDIDevices, want) {
+			t.Errorf("%s: CDI devices %v, want %v", ids, ans.Requests[0].CDIDevices, want)
 		}
 	}
 }
@@ -236,7 +236,8 @@ func TestBuildRefuses(t *testing.T) {
 		err     string
 	}{
 		{"no share", nil, gpus(""), ok, "no device of gpu-mem.gpushare.io"},
-		{"two requests", []resourceapi.DeviceRequestAllocationResult{result("a", 0, "1Gi"), result("b", 1, "1Gi")}, gpus(""), ok, `requests "a" and "b"`},
+		{"bad request of several", []resourceapi.DeviceRequestAllocationResult{result("a", 0, "1Gi"), result("b", 1, "1Gi"), result("b", 2, "2Gi")}, gpus(""), ok, `request "b": it holds 2 units of GPU 2 and 1 of another`},
+		{"tiers of requests differ", []resourceapi.DeviceRequestAllocationResult{result("a", 0, "1Gi"), result("b", 1, "1Gi")}, mixed, ok, "different isolation tiers"},
 		{"same GPU twice", []resourceapi.DeviceRequestAllocationResult{result("a", 0, "1Gi"), result("a", 0, "1Gi")}, gpus(""), ok, "twice"},
 		{"uneven", []resourceapi.DeviceRequestAllocationResult{result("a", 0, "1Gi"), result("a", 1, "2Gi")}, gpus(""), ok, "alike"},
 		{"larger than the GPU", []resourceapi.DeviceRequestAllocationResult{result("a", 0, "80Gi")}, gpus(""), ok, "which has 79"},
@@ -263,6 +264,54 @@ func TestBuildRefuses(t *testing.T) {
 	}
 }
 
+// TestBuildSeveralRequests: a claim of several requests (the webhook's pod of several containers)
+// gives each request's containers a CDI device of their own, with their own units and the tier's
+// limit for exactly those, and _POD the claim's total; the GPU matched by all of them is the same.
+func TestBuildSeveralRequests(t *testing.T) {
+	cfg := prepare.Config{Unit: gpushare.GiB, Isolation: paths}
+	c := claim(result("gpu-0", 1, "3Gi"), result("gpu-1", 1, "2Gi"), result("gpu-2/big", 0, "4Gi"), result("gpu-2/big", 2, "4Gi"))
+	shares, err := prepare.Shares(c, gpushare.DRADriverName, node, cfg.Unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := prepare.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name, CacheDir: "/var/lib/gpushare/hami-cache/claim-" + string(c.UID),
+		Params: map[string]prepare.Params{"gpu-1": {ComputePercent: 20}}}
+	ans, err := prepare.Build(pc, shares, gpus(gpushare.IsolationHAMiCore), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		request, device string
+		env             []string
+		cacheDir        string
+	}
+	wants := []want{
+		{"gpu-0", string(c.UID) + "-gpu-0", []string{"ALIYUN_COM_GPU_MEM_IDX=1", "ALIYUN_COM_GPU_MEM_CONTAINER=3", "ALIYUN_COM_GPU_MEM_POD=13", "CUDA_DEVICE_MEMORY_LIMIT_0=3072m"}, pc.CacheDir + "/gpu-0"},
+		{"gpu-1", string(c.UID) + "-gpu-1", []string{"ALIYUN_COM_GPU_MEM_IDX=1", "ALIYUN_COM_GPU_MEM_CONTAINER=2", "ALIYUN_COM_GPU_MEM_POD=13", "CUDA_DEVICE_MEMORY_LIMIT_0=2048m", "CUDA_DEVICE_SM_LIMIT=20"}, pc.CacheDir + "/gpu-1"},
+		{"gpu-2", string(c.UID) + "-gpu-2", []string{"ALIYUN_COM_GPU_MEM_IDX=0,2", "ALIYUN_COM_GPU_MEM_CONTAINER=8", "ALIYUN_COM_GPU_MEM_POD=13", "CUDA_DEVICE_MEMORY_LIMIT_1=4096m"}, pc.CacheDir + "/gpu-2"},
+	}
+	if len(ans.Requests) != len(wants) || len(ans.Spec.Devices) != len(wants) {
+		t.Fatalf("%d requests, %d CDI devices; want %d of each", len(ans.Requests), len(ans.Spec.Devices), len(wants))
+	}
+	for i, w := range wants {
+		r, d := ans.Requests[i], ans.Spec.Devices[i]
+		if r.Request != w.request || d.Name != w.device || !slices.Equal(r.CDIDevices, []string{gpushare.DRACDIKind + "=" + w.device}) {
+			t.Errorf("request %d: %s, CDI device %s, IDs %v; want %s, %s", i, r.Request, d.Name, r.CDIDevices, w.request, w.device)
+		}
+		for _, e := range w.env {
+			if !slices.Contains(d.ContainerEdits.Env, e) {
+				t.Errorf("%s: env %v lacks %s", w.request, d.ContainerEdits.Env, e)
+			}
+		}
+		if r.CacheDir != w.cacheDir {
+			t.Errorf("%s: cache directory %s, want %s", w.request, r.CacheDir, w.cacheDir)
+		}
+		if w.request != "gpu-1" && slices.ContainsFunc(d.ContainerEdits.Env, func(e string) bool { return strings.HasPrefix(e, "CUDA_DEVICE_SM_LIMIT=") }) {
+			t.Errorf("%s got gpu-1's compute share: %v", w.request, d.ContainerEdits.Env)
+		}
+	}
+}
+
 func TestOvercommit(t *testing.T) {
 	capacity := map[string]uint64{dev(0): 79, dev(1): 79}
 	prepared := map[types.UID][]prepare.Share{
@@ -275,6 +324,10 @@ func TestOvercommit(t *testing.T) {
 	err := prepare.Overcommit(prepared, []prepare.Share{{Device: dev(0), Units: 10}}, capacity)
 	if !errors.Is(err, prepare.ErrInvalidClaim) || !strings.Contains(err.Error(), "would hold 80") || !strings.Contains(err.Error(), "[a=40 b=30]") {
 		t.Errorf("80 of 79: %v", err)
+	}
+	// Two requests of one claim on one GPU count twice.
+	if err := prepare.Overcommit(nil, []prepare.Share{{Device: dev(1), Units: 40}, {Device: dev(1), Units: 40}}, capacity); err == nil || !strings.Contains(err.Error(), "would hold 80") {
+		t.Errorf("two shares of 40 on a GPU of 79: %v", err)
 	}
 	if err := prepare.Overcommit(nil, []prepare.Share{{Device: "gpu-gone", Units: 1}}, capacity); err == nil {
 		t.Error("a device without capacity was accepted")

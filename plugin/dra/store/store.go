@@ -31,12 +31,31 @@ const checkpointVersion = 1
 // repeated Prepare (a kubelet restart, a plugin restart) answers the same
 // and Unprepare knows what to remove.
 type Claim struct {
-	Namespace  string          `json:"namespace"`
-	Name       string          `json:"name"`
-	Shares     []prepare.Share `json:"shares"`
-	CDIDevices []string        `json:"cdiDevices"`
-	Spec       cdispec.Spec    `json:"spec"`
-	CacheDir   string          `json:"cacheDir,omitempty"`
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	Shares    []prepare.Share `json:"shares"`
+	// CDIDevices are the CDI device IDs of a claim of one request (the
+	// checkpoint's first form, kept so either version reads the other's).
+	CDIDevices []string `json:"cdiDevices"`
+	// RequestCDIDevices are each request's CDI device IDs, for a claim of
+	// several requests; nil otherwise.
+	RequestCDIDevices map[string][]string `json:"requestCDIDevices,omitempty"`
+	Spec              cdispec.Spec        `json:"spec"`
+	CacheDir          string              `json:"cacheDir,omitempty"`
+}
+
+// SetCDIDevices records the requests' CDI device IDs: in CDIDevices for a
+// claim of one request, in RequestCDIDevices otherwise.
+func (c *Claim) SetCDIDevices(reqs []prepare.RequestAnswer) {
+	c.CDIDevices, c.RequestCDIDevices = nil, nil
+	if len(reqs) == 1 {
+		c.CDIDevices = reqs[0].CDIDevices
+		return
+	}
+	c.RequestCDIDevices = make(map[string][]string, len(reqs))
+	for _, r := range reqs {
+		c.RequestCDIDevices[r.Request] = r.CDIDevices
+	}
 }
 
 // checkpoint is the file's shape.
