@@ -29,6 +29,8 @@ import (
 const (
 	webhookServiceAccount = "gpushare-webhook"
 	webhookConfiguration  = "gpushare-webhook"
+	// webhookProcess names the webhook's process, and so its CPU metrics.
+	webhookProcess = "gpushare-webhook"
 )
 
 // draWebhook is gpushare-webhook running as a process with its Deployment's credentials, and the
@@ -40,17 +42,17 @@ type draWebhook struct {
 // startWebhook runs the webhook binary on a loopback port with the shipped ServiceAccount's
 // token and registers the shipped MutatingWebhookConfiguration with a URL to it instead of the
 // Service (the bed routes no Services), keeping its scope, match conditions and failure policy.
-func startWebhook(t testing.TB, b *draBed, node string, extra ...string) *draWebhook {
+func startWebhook(t testing.TB, c *cluster.Cluster, node string, extra ...string) *draWebhook {
 	t.Helper()
 	bin, err := cluster.OwnBinaries(t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, ca, err := b.c.ServingCert("gpushare-webhook")
+	cert, key, ca, err := c.ServingCert("gpushare-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := b.c.PodTokenKubeconfig(t.Context(), "kube-system", webhookServiceAccount, webhookServiceAccount+"-0", node)
+	kubeconfig, err := c.PodTokenKubeconfig(t.Context(), "kube-system", webhookServiceAccount, webhookServiceAccount+"-0", node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func startWebhook(t testing.TB, b *draBed, node string, extra ...string) *draWeb
 	}
 	args := append([]string{"-listen", "127.0.0.1:" + strconv.Itoa(port), "-tls-cert-file", cert, "-tls-key-file", key,
 		"-kubeconfig", kubeconfig, "-log-level", "debug"}, extra...)
-	prog, err := b.c.StartProgram("gpushare-webhook", filepath.Join(bin, "gpushare-webhook"), args)
+	prog, err := c.StartProgram(webhookProcess, filepath.Join(bin, "gpushare-webhook"), args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func startWebhook(t testing.TB, b *draBed, node string, extra ...string) *draWeb
 	cfg := shippedWebhookConfiguration(t)
 	cfg.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{
 		URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d/mutate-pods", port)), CABundle: caPEM}
-	if _, err := b.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return &draWebhook{prog: prog}
@@ -138,7 +140,7 @@ func TestDRAWebhook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	web := startWebhook(t, b, "dra-web", "-template-grace", "3s", "-sweep-interval", "300ms")
+	web := startWebhook(t, b.c, "dra-web", "-template-grace", "3s", "-sweep-interval", "300ms")
 
 	one := gpuMemPod(ns, "one", "4")
 	two := gpuMemPod(ns, "two", "3", "", "2")
@@ -161,6 +163,11 @@ func TestDRAWebhook(t *testing.T) {
 		t.Errorf("a pod in a namespace not opted in was changed: limits %v, claims %+v", untouched.Spec.Containers[0].Resources.Limits, untouched.Spec.ResourceClaims)
 	}
 
+	for _, tmpl := range []string{"gpushare-4gi", "gpushare-3gi-2gi", "gpushare-8gi-x2"} {
+		if log := web.prog.LogTail(200); !strings.Contains(log, `"msg":"made claim template","namespace":"gpu-team","template":"`+tmpl+`"`) {
+			t.Errorf("the webhook's log does not say it made %s:\n%s", tmpl, log)
+		}
+	}
 	waitPodsRunningIn(t, b, ns, 2*waitLong, "one", "two", "pair")
 	checkWebhookPod(t, b, ns, "one", "gpushare-4gi", map[string]webhookShare{"c0": {request: "gpu-0", gib: 4, gpus: 1, pod: 4}})
 	twoAlloc := checkWebhookPod(t, b, ns, "two", "gpushare-3gi-2gi", map[string]webhookShare{
