@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpushare/gpushare/plugin/dra/prepare"
@@ -38,6 +39,10 @@ type Driver struct {
 	// kubeletConnected is set once the kubelet opened the health stream,
 	// which it does only after accepting the driver's registration.
 	kubeletConnected atomic.Bool
+
+	// pods writes the device-plugin mode's record on translated pods; nil:
+	// none is written.
+	pods kubernetes.Interface
 
 	mu sync.Mutex // serializes Prepare and Unprepare with the checkpoint
 	// prepared is the checkpoint's content; nil until loaded.
@@ -67,42 +72,54 @@ func newDriver(log *zap.Logger, pool string, n *node, st *store.Store, cfg prepa
 // anew if it went missing), whatever the GPUs' state now: its containers
 // may already run with it. Any other claim is checked against the GPUs now
 // and, if servable, written and checkpointed before it is answered.
+//
+// Then, outside the lock, it writes the device-plugin mode's record on the
+// pods of claims the webhook made (writeRecords), when it has a client.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	for _, c := range claims {
-		if c == nil {
-			continue
-		}
-		res, err := d.prepareOne(c)
-		if err != nil {
-			d.log.Warn("claim not prepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)), zap.Error(err))
-			res = kubeletplugin.PrepareResult{Err: err}
-		}
-		out[c.UID] = res
+	out, targets := d.prepareAll(claims)
+	if d.pods != nil {
+		writeRecords(ctx, d.log, d.pods, d.pool, targets)
 	}
 	return out, nil
 }
 
-// prepareOne prepares one claim.
-func (d *Driver) prepareOne(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
-	if done, ok := d.prepared[c.UID]; ok {
-		if err := d.store.WriteSpec(c.UID, done.Spec); err != nil {
-			return kubeletplugin.PrepareResult{}, err
+// prepareAll prepares claims under the lock; targets are those prepared.
+func (d *Driver) prepareAll(claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, []recordTarget) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var targets []recordTarget
+	for _, c := range claims {
+		if c == nil {
+			continue
 		}
-		return d.result(done), nil
+		done, err := d.prepareOne(c)
+		if err != nil {
+			d.log.Warn("claim not prepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)), zap.Error(err))
+			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		out[c.UID] = d.result(done)
+		targets = append(targets, recordTarget{claim: c, done: done})
+	}
+	return out, targets
+}
+
+// prepareOne prepares one claim and returns it as checkpointed.
+func (d *Driver) prepareOne(c *resourceapi.ResourceClaim) (store.Claim, error) {
+	if done, ok := d.prepared[c.UID]; ok {
+		return done, d.store.WriteSpec(c.UID, done.Spec)
 	}
 	shares, err := prepare.Shares(c, gpushare.DRADriverName, d.pool, d.cfg.Unit)
 	if err != nil {
-		return kubeletplugin.PrepareResult{}, err
+		return store.Claim{}, err
 	}
 	if err := prepare.Overcommit(d.sharesByClaim(), shares, d.capacity()); err != nil {
-		return kubeletplugin.PrepareResult{}, err
+		return store.Claim{}, err
 	}
 	params, err := requestParams(c, shares)
 	if err != nil {
-		return kubeletplugin.PrepareResult{}, err
+		return store.Claim{}, err
 	}
 	claim := prepare.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name, Params: params}
 	if d.node.tierStatus().Tier == gpushare.IsolationHAMiCore {
@@ -110,18 +127,18 @@ func (d *Driver) prepareOne(c *resourceapi.ResourceClaim) (kubeletplugin.Prepare
 	}
 	ans, err := prepare.Build(claim, shares, d.node.prepareView(), d.cfg)
 	if err != nil {
-		return kubeletplugin.PrepareResult{}, err
+		return store.Claim{}, err
 	}
 	done := store.Claim{Namespace: c.Namespace, Name: c.Name, Shares: shares, Spec: ans.Spec, CacheDir: claim.CacheDir}
 	done.SetCDIDevices(ans.Requests)
 	if err := d.commit(c.UID, done, cacheDirs(ans.Requests)); err != nil {
-		return kubeletplugin.PrepareResult{}, err
+		return store.Claim{}, err
 	}
 	for _, r := range ans.Requests {
 		d.log.Info("claim prepared", zap.String("claim", c.Namespace+"/"+c.Name), zap.String("uid", string(c.UID)), zap.String("request", r.Request),
 			zap.Strings("cdiDevices", r.CDIDevices), zap.Uint64("units", r.Env.ContainerUnits), zap.String("isolation", string(r.Env.Isolation)))
 	}
-	return d.result(done), nil
+	return done, nil
 }
 
 // requestParams reads each request's parameters: a configuration naming

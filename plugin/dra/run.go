@@ -147,6 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	d.pods = cfg.Client
 	return serve(ctx, cfg, log, d, tw)
 }
 

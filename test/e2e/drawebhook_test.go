@@ -15,9 +15,12 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/plugin/gpushare"
@@ -179,6 +182,7 @@ func TestDRAWebhook(t *testing.T) {
 	if devs := slices.Compact(slices.Sorted(slices.Values(pairAlloc.devices))); len(devs) != 2 {
 		t.Errorf("the gpu-count 2 pod got GPUs %v; want two distinct", devs)
 	}
+	checkDriverPodPolicy(t, b, "dra-web", ns, "two", plain, "as-written")
 
 	// The webhook down: a gpu-mem pod is refused (failurePolicy Fail), any other pod admitted
 	// (matchConditions keep it from calling the webhook at all).
@@ -305,7 +309,81 @@ func checkWebhookPod(t testing.TB, b *draBed, ns, pod, template string, want map
 			t.Errorf("%s/%s runs on GPUs %q, want %d", pod, name, idx, w.gpus)
 		}
 	}
+	checkDRARecord(t, p, recs, want)
 	return a
+}
+
+// checkDRARecord checks the device-plugin mode's record the driver's Prepare wrote on a translated
+// pod before its containers started: ASSIGNED, _POD, _IDX and _DEV as the first container runs
+// with them, and each container's variables in gpushare.io/container-env.
+func checkDRARecord(t testing.TB, p *corev1.Pod, recs map[string][]criContainer, want map[string]webhookShare) {
+	t.Helper()
+	first := recs[p.Namespace+"/"+p.Name+"/"+p.Spec.Containers[0].Name]
+	if len(first) != 1 {
+		return // reported by the caller
+	}
+	ann := p.Annotations
+	idx, _ := first[0].effective(gpushare.EnvGPUIndex)
+	dev, _ := first[0].effective(gpushare.EnvDevUnits)
+	podUnits, _ := first[0].effective(gpushare.EnvPodUnits)
+	if ann[gpushare.AnnotationAssigned] != "true" || ann[gpushare.AnnotationPodUnits] != podUnits ||
+		ann[gpushare.AnnotationGPUIndex] != strings.Split(idx, ",")[0] || ann[gpushare.AnnotationDevUnits] != dev {
+		t.Errorf("pod %s's record: ASSIGNED %q, POD %q, IDX %q, DEV %q; want true, %s, first of %s, %s",
+			p.Name, ann[gpushare.AnnotationAssigned], ann[gpushare.AnnotationPodUnits], ann[gpushare.AnnotationGPUIndex], ann[gpushare.AnnotationDevUnits], podUnits, idx, dev)
+	}
+	envs, err := gpushare.DecodeContainerEnvs(ann[gpushare.AnnotationContainerEnv])
+	if err != nil || len(envs) != len(want) {
+		t.Errorf("pod %s's container record %v (%v); want %d containers", p.Name, envs, err, len(want))
+	}
+	for name, w := range want {
+		if got := envs[name].ContainerUnits; got != w.gib*uint64(w.gpus) {
+			t.Errorf("pod %s's record of %s: %d units, want %d", p.Name, name, got, w.gib*uint64(w.gpus))
+		}
+	}
+}
+
+// checkDriverPodPolicy checks manifests/dra's pod policy on the real API server: the driver of
+// node, with its DaemonSet pod's token, may write the record on a pod bound to its node, and is
+// refused any other annotation or label on it, and any write to a pod not bound to its node (dry
+// runs: nothing is written). The admin, whom the policy does not match, may make each write.
+func checkDriverPodPolicy(t *testing.T, b *draBed, node, ns, own, otherNS, other string) {
+	t.Helper()
+	as := b.nodes[node].client
+	patch := func(ns, name, body string) func(kubernetes.Interface) error {
+		return func(c kubernetes.Interface) error {
+			_, err := c.CoreV1().Pods(ns).Patch(t.Context(), name, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+	}
+	refused := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'gpushare-dra-driver-pods'")
+	}
+	record := `{"metadata":{"annotations":{"` + gpushare.AnnotationAssigned + `":"true","` + gpushare.AnnotationPodUnits + `":"99"}}}`
+	if err := patch(ns, own, record)(as); err != nil {
+		t.Errorf("the driver of %s writing the record of its pod %s: %v; want allowed", node, own, err)
+	}
+	writes := []struct {
+		name string
+		do   func(kubernetes.Interface) error
+		want string
+	}{
+		{"another annotation", patch(ns, own, `{"metadata":{"annotations":{"gpushare.io/isolation":"none"}}}`), "metadata.annotations[gpushare.io/isolation]"},
+		{"a label", patch(ns, own, `{"metadata":{"labels":{"app":"x"}}}`), "metadata.labels"},
+		{"a pod not bound to its node", patch(otherNS, other, record), "may write only pods bound to its own node"},
+	}
+	// The API server loads policies through informers: wait until the first refusal is the policy's.
+	waitFor(t, waitLong, "the DRA pod policy to be in force", func() (bool, string) {
+		err := writes[0].do(as)
+		return refused(err), fmt.Sprint(err)
+	})
+	for _, w := range writes {
+		if err := w.do(as); !refused(err) || !strings.Contains(err.Error(), w.want) {
+			t.Errorf("driver of %s, %s: %v; want refused by gpushare-dra-driver-pods with %q", node, w.name, err, w.want)
+		}
+		if err := w.do(b.client); err != nil {
+			t.Errorf("%s as the admin (dry run): %v; the write itself must be valid", w.name, err)
+		}
+	}
 }
 
 func jsonOf(v any) string {
