@@ -1,11 +1,13 @@
-// Command localcluster is `make demo`: it builds the three gpushare programs, starts the local test
-// bed (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and hollow GPU nodes running the
-// real kubelet device manager with fake containers, all on loopback), runs our device plugin on every
-// node (simulated GPUs of mixed sizes) and our scheduler extender wired into kube-scheduler with the
-// shipped configuration, applies the sample workloads from manifests/samples (the sample
-// Deployment's pods are its ReplicaSet's), waits for them to run and for the device plugins to record
-// them, prints `kubectl inspect gpushare` and `-d`, and then keeps the cluster running with a
-// KUBECONFIG to export until Ctrl-C (or SIGTERM), when it stops everything and exits 0.
+// Command localcluster is `make demo`: it builds the gpushare programs, starts the local test bed
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and hollow GPU nodes running the
+// real kubelet device manager and DRA manager with fake containers, all on loopback), runs our
+// device plugin on the device-plugin nodes (simulated GPUs of mixed sizes) with our scheduler
+// extender wired into kube-scheduler with the shipped configuration, and our DRA driver on the DRA
+// nodes with the webhook translating gpushare pods of one opted-in namespace; it applies the sample
+// workloads from manifests/samples, unchanged, in namespace default and in that namespace (a
+// Deployment's pods are its ReplicaSet's), waits for them to run, prints `kubectl inspect gpushare`
+// and `-d` (both kinds of node), and then keeps the cluster running with a KUBECONFIG to export
+// until Ctrl-C (or SIGTERM), when it stops everything and exits 0.
 package main
 
 import (
@@ -56,7 +58,8 @@ var backends = []string{"simulated:dgxh100", "simulated:dgxa100", "simulated:mix
 func main() {
 	nodes := flag.Int("nodes", 3, "hollow GPU nodes to start (label gpushare=true; simulated GPUs: "+strings.Join(backends, ", ")+", in turn)")
 	dir := flag.String("dir", "", "keep the cluster's state and logs here (default: a temporary directory removed on exit)")
-	samples := flag.Bool("samples", true, "apply manifests/samples and wait for them")
+	draNodes := flag.Int("dra-nodes", 1, "hollow GPU nodes in DRA mode (label gpushare.io/dra=true; "+draBackend+"), served by our DRA driver, with the webhook translating gpushare pods of namespace "+draNamespace)
+	samples := flag.Bool("samples", true, "apply manifests/samples (in default, and in "+draNamespace+" when there are DRA nodes) and wait for them")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -66,7 +69,7 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	err := run(ctx, *nodes, *dir, *samples)
+	err := run(ctx, options{nodes: *nodes, draNodes: *draNodes, dir: *dir, samples: *samples})
 	switch {
 	case err == nil:
 		fmt.Println("stopped")
@@ -80,7 +83,14 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, nodes int, dir string, samples bool) error {
+// options are the demo's flags.
+type options struct {
+	nodes, draNodes int
+	dir             string
+	samples         bool
+}
+
+func run(ctx context.Context, o options) error {
 	began := time.Now()
 	manifestDir, err := manifests.Dir()
 	if err != nil {
@@ -114,7 +124,7 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 	fmt.Printf("test bed ready in %s: %s\n", since(start), bed)
 
 	start = time.Now()
-	c, err := cluster.Start(ctx, cluster.Config{BinDir: bed, Dir: dir, NoScheduler: true})
+	c, err := cluster.Start(ctx, cluster.Config{BinDir: bed, Dir: o.dir, NoScheduler: true})
 	if err != nil {
 		return err
 	}
@@ -126,6 +136,66 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 	if err != nil {
 		return err
 	}
+	if err := applyRights(ctx, applier, manifestDir); err != nil {
+		return err
+	}
+	if err := buildErr(); err != nil {
+		return err
+	}
+	procs := &processes{}
+	defer procs.stopAll()
+	if err := startExtender(ctx, c, procs, binDir, manifestDir); err != nil {
+		return err
+	}
+	var nodeNames []string
+	for i := range o.nodes {
+		name := fmt.Sprintf("gpu-node-%d", i)
+		if err := addPluginNode(ctx, c, procs, binDir, name, backends[i%len(backends)]); err != nil {
+			return err
+		}
+		nodeNames = append(nodeNames, name)
+	}
+	pool := &draPool{c: c, procs: procs, binDir: binDir, dir: filepath.Join(manifestDir, "dra")}
+	if o.draNodes > 0 {
+		if err := startDRAPool(ctx, pool, applier, o.draNodes); err != nil {
+			return err
+		}
+	}
+	if o.samples {
+		if err := runSamples(ctx, c, applier, manifestDir, binDir, len(pool.nodes) > 0); err != nil {
+			return err
+		}
+	}
+	fmt.Printf(`
+The demo is up after %s: %d hollow GPU nodes in device-plugin mode (%s), our device plugin on each,
+our scheduler extender in kube-scheduler; %d in DRA mode (%s), our DRA driver on each, and the
+webhook translating gpushare pods of namespace %s; kube-controller-manager for Deployments, Jobs,
+garbage collection and ResourceClaims. State and logs (one per process) are in %s.
+In another shell:
+
+  export KUBECONFIG=%s
+  export PATH=%s:$PATH     # kubectl inspect gpushare
+  kubectl get deployments,pods -o wide -A
+  kubectl inspect gpushare -d
+  kubectl scale deployment gpushare-sample --replicas=10
+  kubectl -n %s scale deployment gpushare-sample --replicas=10
+
+Containers are fake (the hollow kubelet runs no images); every GPU is simulated.
+Press Ctrl-C here to stop everything.
+`, since(began), len(nodeNames), strings.Join(nodeNames, ", "), len(pool.nodes), strings.Join(pool.nodes, ", "), draNamespace,
+		c.Dir(), c.AdminKubeconfig(), binDir, draNamespace)
+	select {
+	case <-ctx.Done():
+		fmt.Println("\nstopping (a few seconds; Ctrl-C again kills at once)...")
+		return nil
+	case p := <-procs.died:
+		return fmt.Errorf("%s exited; see %s", p.name, p.log)
+	}
+}
+
+// applyRights applies the RBAC and admission objects of manifests/: our processes run with
+// exactly these rights.
+func applyRights(ctx context.Context, applier *manifests.Applier, manifestDir string) error {
 	install, err := manifests.Load(manifestDir)
 	if err != nil {
 		return err
@@ -142,14 +212,13 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 		return err
 	}
 	fmt.Printf("applied the %d RBAC and admission objects of manifests/ (our processes run with exactly these rights)\n", len(rights))
+	return nil
+}
 
-	if err := buildErr(); err != nil {
-		return err
-	}
-	procs := &processes{}
-	defer procs.stopAll()
-
-	start = time.Now()
+// startExtender runs our extender with its ServiceAccount's rights and kube-scheduler with the
+// shipped extender configuration.
+func startExtender(ctx context.Context, c *cluster.Cluster, procs *processes, binDir, manifestDir string) error {
+	start := time.Now()
 	extKubeconfig, err := c.Kubeconfig("gpushare-scheduler-extender", "system:serviceaccount:kube-system:gpushare-scheduler-extender")
 	if err != nil {
 		return err
@@ -188,100 +257,102 @@ func run(ctx context.Context, nodes int, dir string, samples bool) error {
 		return err
 	}
 	fmt.Printf("kube-scheduler ready in %s with the extender settings of %s\n", since(start), manifests.SchedulerConfigFile)
+	return nil
+}
 
-	var nodeNames []string
-	for i := range nodes {
-		start = time.Now()
-		name := fmt.Sprintf("gpu-node-%d", i)
-		backend := backends[i%len(backends)]
-		// The real kubelet's API limits: at client-go's 5 queries per second the demo's pods took
-		// tens of seconds to show Running (docs/benchmarks.md, saturating burst).
-		k, err := c.AddKubelet(ctx, name, cluster.KubeletOptions{
-			Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}, KubeAPILimits: true,
-		})
-		if err != nil {
-			return err
-		}
-		// The credentials of the plugin's DaemonSet pod on this node: a token of its ServiceAccount
-		// bound to a pod there, whose node the shipped admission policy requires of its writes.
-		pluginKubeconfig, err := c.PodTokenKubeconfig(ctx, "kube-system", "gpushare-device-plugin", "gpushare-device-plugin-"+name, name)
-		if err != nil {
-			return err
-		}
-		p, err := procs.start(ctx, "device plugin on "+name, filepath.Join(binDir, pluginBin), filepath.Join(c.Dir(), pluginBin+"-"+name+".log"),
-			[]string{gpushare.EnvNodeName + "=" + name},
-			"--gpu-backend="+backend, "--device-plugin-dir="+k.DevicePluginDir(), "--kubeconfig="+pluginKubeconfig,
-			// Its kubelet's pod-resources API, as on a real node: how the plugin confirms which
-			// container each Allocate went to before recording it on the pod.
-			"--pod-resources-socket="+k.PodResourcesSocket())
-		if err != nil {
-			return err
-		}
-		var units int64
-		if err := waitFor(ctx, time.Minute, p, "node "+name+" advertising aliyun.com/gpu-mem", func() bool {
-			n, err := c.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false
-			}
-			q := n.Status.Allocatable[gpushare.ResourceName]
-			units = q.Value()
-			return units > 0 && n.Annotations[gpushare.AnnotationNodeGPUs] != ""
-		}); err != nil {
-			return err
-		}
-		nodeNames = append(nodeNames, name)
-		fmt.Printf("node %s ready in %s: %s, %d GiB of aliyun.com/gpu-mem\n", name, since(start), backend, units)
+// addPluginNode starts a hollow kubelet labelled gpushare=true and our device plugin for it on a
+// simulator of backend, and waits until the node advertises gpu-mem.
+func addPluginNode(ctx context.Context, c *cluster.Cluster, procs *processes, binDir, name, backend string) error {
+	start := time.Now()
+	// The real kubelet's API limits: at client-go's 5 queries per second the demo's pods took
+	// tens of seconds to show Running (docs/benchmarks.md, saturating burst).
+	k, err := c.AddKubelet(ctx, name, cluster.KubeletOptions{
+		Labels: map[string]string{gpushare.LabelGPUShare: gpushare.LabelValueTrue}, KubeAPILimits: true,
+	})
+	if err != nil {
+		return err
 	}
-
-	if samples {
-		start = time.Now()
-		set, err := applySamples(ctx, applier, filepath.Join(manifestDir, "samples"))
+	// The credentials of the plugin's DaemonSet pod on this node: a token of its ServiceAccount
+	// bound to a pod there, whose node the shipped admission policy requires of its writes.
+	pluginKubeconfig, err := c.PodTokenKubeconfig(ctx, "kube-system", "gpushare-device-plugin", "gpushare-device-plugin-"+name, name)
+	if err != nil {
+		return err
+	}
+	p, err := procs.start(ctx, "device plugin on "+name, filepath.Join(binDir, pluginBin), filepath.Join(c.Dir(), pluginBin+"-"+name+".log"),
+		[]string{gpushare.EnvNodeName + "=" + name},
+		"--gpu-backend="+backend, "--device-plugin-dir="+k.DevicePluginDir(), "--kubeconfig="+pluginKubeconfig,
+		// Its kubelet's pod-resources API, as on a real node: how the plugin confirms which
+		// container each Allocate went to before recording it on the pod.
+		"--pod-resources-socket="+k.PodResourcesSocket())
+	if err != nil {
+		return err
+	}
+	var units int64
+	if err := waitFor(ctx, time.Minute, p, "node "+name+" advertising aliyun.com/gpu-mem", func() bool {
+		n, err := c.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return false
 		}
-		if err := waitRunning(ctx, c.Client(), set, 2*time.Minute); err != nil {
+		q := n.Status.Allocatable[gpushare.ResourceName]
+		units = q.Value()
+		return units > 0 && n.Annotations[gpushare.AnnotationNodeGPUs] != ""
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("node %s ready in %s: %s, %d GiB of aliyun.com/gpu-mem\n", name, since(start), backend, units)
+	return nil
+}
+
+// startDRAPool applies manifests/dra's rights, starts n DRA nodes and the webhook.
+func startDRAPool(ctx context.Context, pool *draPool, applier *manifests.Applier, n int) error {
+	objs, err := pool.applyRights(ctx, applier)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		if err := pool.addNode(ctx, fmt.Sprintf("dra-node-%d", i)); err != nil {
 			return err
-		}
-		if err := waitDeployments(ctx, c.Client(), set, time.Minute); err != nil {
-			return err
-		}
-		if err := waitRecorded(ctx, c.Client(), time.Minute); err != nil {
-			return err
-		}
-		fmt.Printf("all %d sample pods Running and recorded by the device plugins in %s\n", set.total(), since(start))
-		inspect := filepath.Join(binDir, inspectorBin)
-		for _, args := range [][]string{nil, {"-d"}} {
-			fmt.Printf("\n$ %s\n", strings.Join(append([]string{"kubectl inspect gpushare"}, args...), " "))
-			cmd := exec.CommandContext(ctx, inspect, append(args, "--kubeconfig="+c.AdminKubeconfig())...)
-			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("%s: %w", inspectorBin, err)
-			}
 		}
 	}
+	return pool.startWebhook(ctx, objs)
+}
 
-	fmt.Printf(`
-The demo is up after %s: %d hollow GPU nodes (%s), our device plugin on each, our scheduler
-extender in kube-scheduler, kube-controller-manager for Deployments, Jobs and garbage collection.
-State and logs (one per process) are in %s.
-In another shell:
-
-  export KUBECONFIG=%s
-  export PATH=%s:$PATH     # kubectl inspect gpushare
-  kubectl get deployments,pods -o wide
-  kubectl inspect gpushare -d
-  kubectl scale deployment gpushare-sample --replicas=10
-
-Containers are fake (the hollow kubelet runs no images); every GPU is simulated.
-Press Ctrl-C here to stop everything.
-`, since(began), len(nodeNames), strings.Join(nodeNames, ", "), c.Dir(), c.AdminKubeconfig(), binDir)
-	select {
-	case <-ctx.Done():
-		fmt.Println("\nstopping (a few seconds; Ctrl-C again kills at once)...")
-		return nil
-	case p := <-procs.died:
-		return fmt.Errorf("%s exited; see %s", p.name, p.log)
+// runSamples applies manifests/samples in namespace default and, with DRA nodes, unchanged in
+// draNamespace, waits for them, and prints kubectl inspect gpushare.
+func runSamples(ctx context.Context, c *cluster.Cluster, applier *manifests.Applier, manifestDir, binDir string, dra bool) error {
+	start := time.Now()
+	namespaces := []string{metav1.NamespaceDefault}
+	if dra {
+		namespaces = append(namespaces, draNamespace)
 	}
+	total := 0
+	for _, ns := range namespaces {
+		set, err := applySamples(ctx, applier, filepath.Join(manifestDir, "samples"), ns)
+		if err != nil {
+			return err
+		}
+		if err := waitRunning(ctx, c.Client(), set, ns, 2*time.Minute); err != nil {
+			return err
+		}
+		if err := waitDeployments(ctx, c.Client(), set, ns, time.Minute); err != nil {
+			return err
+		}
+		total += set.total()
+	}
+	if err := waitRecorded(ctx, c.Client(), time.Minute); err != nil {
+		return err
+	}
+	fmt.Printf("all %d sample pods Running (device-plugin pods recorded by the plugins) in %s\n", total, since(start))
+	inspect := filepath.Join(binDir, inspectorBin)
+	for _, args := range [][]string{nil, {"-d"}} {
+		fmt.Printf("\n$ %s\n", strings.Join(append([]string{"kubectl inspect gpushare"}, args...), " "))
+		cmd := exec.CommandContext(ctx, inspect, append(args, "--kubeconfig="+c.AdminKubeconfig())...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s: %w", inspectorBin, err)
+		}
+	}
+	return nil
 }
 
 // sampleSet is what the demo waits for after applying manifests/samples: the Pods it applied, by
@@ -320,15 +391,16 @@ func (s sampleSet) owns(p *corev1.Pod) bool {
 	return false
 }
 
-// applySamples applies manifests/samples, all in namespace default, as kubectl apply -k would:
-// a Deployment's pods are then made by kube-controller-manager, like any user's.
-func applySamples(ctx context.Context, a *manifests.Applier, dir string) (sampleSet, error) {
+// applySamples applies manifests/samples in namespace ns, as kubectl apply -k -n would: a
+// Deployment's pods are then made by kube-controller-manager, like any user's.
+func applySamples(ctx context.Context, a *manifests.Applier, dir, ns string) (sampleSet, error) {
 	var set sampleSet
 	objs, err := manifests.Load(dir)
 	if err != nil {
 		return set, err
 	}
 	for _, o := range objs {
+		o.SetNamespace(ns)
 		if _, err := a.Apply(ctx, o); err != nil {
 			return set, err
 		}
@@ -350,21 +422,21 @@ func applySamples(ctx context.Context, a *manifests.Applier, dir string) (sample
 			}
 			set.deployments = append(set.deployments, sampleDeployment{name: d.Name, selector: sel, replicas: replicas})
 		}
-		fmt.Printf("applied %s\n", manifests.Describe(o))
+		fmt.Printf("applied %s in %s\n", manifests.Describe(o), ns)
 	}
 	return set, nil
 }
 
-// waitRunning watches the pods in namespace default until every sample pod is Running, printing
-// a line whenever the counts change (waitRecorded then waits for the plugins' records).
-func waitRunning(ctx context.Context, client kubernetes.Interface, set sampleSet, timeout time.Duration) error {
+// waitRunning watches the pods in namespace ns until every sample pod is Running, printing a line
+// whenever the counts change (waitRecorded then waits for the plugins' records).
+func waitRunning(ctx context.Context, client kubernetes.Interface, set sampleSet, ns string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	total := set.total()
 	state := map[string]string{} // pod -> "waiting", "bound" or "Running"
 	reasons := map[string]bool{} // unschedulable messages already printed
 	last := ""
-	lw := toolscache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", metav1.NamespaceDefault, fields.Everything())
+	lw := toolscache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", ns, fields.Everything())
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
 		p, ok := ev.Object.(*corev1.Pod)
 		if !ok || !set.owns(p) {
@@ -390,8 +462,8 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, set sampleSet
 		for _, s := range state {
 			counts[s]++
 		}
-		line := fmt.Sprintf("  %d/%d sample pods Running, %d bound (containers starting), %d waiting for the scheduler",
-			counts["Running"], total, counts["bound"], counts["waiting"])
+		line := fmt.Sprintf("  %s: %d/%d sample pods Running, %d bound (containers starting), %d waiting for the scheduler",
+			ns, counts["Running"], total, counts["bound"], counts["waiting"])
 		if missing := total - len(state); missing > 0 {
 			line += fmt.Sprintf(", %d not created yet (kube-controller-manager makes a Deployment's pods)", missing)
 		}
@@ -409,12 +481,12 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, set sampleSet
 
 // waitDeployments polls until every sample Deployment reports all its replicas ready and
 // available, as kubectl get deployments then shows them.
-func waitDeployments(ctx context.Context, client kubernetes.Interface, set sampleSet, timeout time.Duration) error {
+func waitDeployments(ctx context.Context, client kubernetes.Interface, set sampleSet, ns string, timeout time.Duration) error {
 	for _, want := range set.deployments {
 		var d *appsv1.Deployment
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 			var err error
-			d, err = client.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, want.name, metav1.GetOptions{})
+			d, err = client.AppsV1().Deployments(ns).Get(ctx, want.name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil // not there yet or a transient error: retried until the timeout
 			}
@@ -428,7 +500,7 @@ func waitDeployments(ctx context.Context, client kubernetes.Interface, set sampl
 			}
 			return fmt.Errorf("Deployment %s not ready after %s (%s); see kube-controller-manager.log in the cluster directory", want.name, timeout, status)
 		}
-		fmt.Printf("  Deployment %s: %d/%d ready\n", want.name, d.Status.ReadyReplicas, want.replicas)
+		fmt.Printf("  Deployment %s/%s: %d/%d ready\n", ns, want.name, d.Status.ReadyReplicas, want.replicas)
 	}
 	return nil
 }

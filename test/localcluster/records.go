@@ -33,7 +33,7 @@ func waitRecorded(ctx context.Context, client kubernetes.Interface, timeout time
 				return nil
 			}
 			if line := strings.Join(missing, ", "); line != last {
-				fmt.Printf("  waiting for the device plugins' records (%s and %s) on %d Running pods: %s\n",
+				fmt.Printf("  waiting for the device plugins' and DRA drivers' records (%s and %s) on %d Running pods: %s\n",
 					gpushare.AnnotationAssigned, gpushare.AnnotationContainerEnv, len(missing), line)
 				last = line
 			}
@@ -66,10 +66,20 @@ func unrecorded(pods []corev1.Pod) []string {
 }
 
 // recorded reports whether pod is fully recorded; a pod asking for no gpu-mem needs no record.
+// A pod the webhook translated asks for none any more: its containers naming the webhook's claim
+// need the DRA driver's record instead.
 func recorded(pod *corev1.Pod) bool {
+	var names []string
 	reqs, err := gpushare.ContainerRequests(pod)
-	if err != nil || len(reqs) == 0 {
+	if err != nil {
 		// An invalid request gets no GPU from the plugin, so no record will come either.
+		return true
+	}
+	for _, r := range reqs {
+		names = append(names, r.Name)
+	}
+	names = append(names, claimContainers(pod)...)
+	if len(names) == 0 {
 		return true
 	}
 	if pod.Annotations[gpushare.AnnotationAssigned] != "true" {
@@ -79,10 +89,21 @@ func recorded(pod *corev1.Pod) bool {
 	if err != nil {
 		return false
 	}
-	for _, r := range reqs {
-		if _, ok := envs[r.Name]; !ok {
+	for _, n := range names {
+		if _, ok := envs[n]; !ok {
 			return false
 		}
 	}
 	return true
+}
+
+// claimContainers names the containers of pod that use the webhook's claim entry.
+func claimContainers(pod *corev1.Pod) []string {
+	var out []string
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		if slices.ContainsFunc(c.Resources.Claims, func(r corev1.ResourceClaim) bool { return r.Name == gpushare.DRAPodClaimName }) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }

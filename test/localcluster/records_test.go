@@ -40,8 +40,17 @@ func TestUnrecorded(t *testing.T) {
 		pod("bad-record", corev1.PodRunning, assigned(`not json`), 2, 1),
 		pod("gpu-free-sidecar", corev1.PodRunning, assigned(`{"a":{"gpu":0,"pod":2,"container":2,"dev":80}}`), 2, 0),
 	}
+	translated := func(name string, annotations map[string]string) corev1.Pod {
+		p := pod(name, corev1.PodRunning, annotations, 0, 0)
+		for i := range p.Spec.Containers {
+			p.Spec.Containers[i].Resources.Claims = []corev1.ResourceClaim{{Name: gpushare.DRAPodClaimName, Request: "gpu-" + string(rune('0'+i))}}
+		}
+		return p
+	}
+	pods = append(pods, translated("dra-done", assigned(both)), translated("dra-waiting", nil),
+		translated("dra-one-missing", assigned(`{"b":{"gpu":0,"pod":3,"container":1,"dev":80}}`)))
 	got := unrecorded(pods)
-	want := []string{"ns/bad-record", "ns/not-assigned", "ns/one-container-missing"}
+	want := []string{"ns/bad-record", "ns/dra-one-missing", "ns/dra-waiting", "ns/not-assigned", "ns/one-container-missing"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("unrecorded = %v, want %v", got, want)
 	}
