@@ -37,6 +37,42 @@
 //     pod-deletion events. A pod larger than every GPU of the fleet is
 //     rejected and counted apart.
 //
+// DRA mode (docs/dra.md) is measured through Options.Placer, a scheduler
+// that replaces filter, prioritize and bind: the simulation hands it each
+// pod and the nodes' snapshots, charges the node and GPUs it returns and
+// checks them (ErrBookkeeping for a GPU over its size or a pod given other
+// shares than it asked for), and tells it of every departure. The DRA
+// placer lives in cmd/packbench/dra, a module apart, since
+// kube-scheduler's structured allocator (k8s.io/dynamic-resource-allocation
+// /structured) brings CEL and the API server's libraries, which the
+// project's go.mod does not require; packbench adds its runs (dra.Runs) to
+// RunsFor's. It calls the real allocator, no copy of its rules:
+//   - Every node publishes the ResourceSlice plugin/dra/slice builds for its
+//     GPUs (one device per GPU, memory as consumable capacity in GiB steps,
+//     the NVLink domain from the node's simulated topology, ProfileReading);
+//     the DeviceClass is manifests/dra's; every pod becomes the claim
+//     webhook/translate makes of it (a pod object with the container's
+//     gpu-mem limit and the gpu-count label).
+//   - Filter: for each node tried, an allocator over the node's slice and
+//     the allocated state of the claims on it (each shared device ID and
+//     consumed capacity, as kube-scheduler's claim tracker gathers them),
+//     with kube-scheduler 1.37's default DRA features; Allocate picks the
+//     first devices in slice order that fit.
+//   - Node choice: kube-scheduler's scores do not see DRA capacity, so every
+//     node the allocator fits ties and selectHost picks one at random. The
+//     run "dra" takes a seeded random one, uniform among the nodes where
+//     Allocate succeeds (the first success in a random order of the nodes,
+//     drawn from the seed, the placements so far and the pod), and
+//     "dra/lowest" the lowest index. Nodes with fewer GPUs with the pod's
+//     share free than it needs are skipped without asking (Exhaustive asks
+//     them too; tests check this changes nothing).
+//   - Bind: the pod holds its allocation result (devices, consumed memory,
+//     share IDs) until it departs, when it is removed from the node's state.
+//   - The workloads' multi-GPU pods ask for the default topology,
+//     preferred, which the webhook translates without a constraint on
+//     links; "dra/nvlink" (multi-GPU workloads) replays them as topology
+//     "required": matchAttribute on the NVLink domain.
+//
 // Everything here is pure: no files, no clocks, no package-level state. The
 // program in cmd/packbench reads and writes the files and draws the plots.
 package packing

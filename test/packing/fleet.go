@@ -41,11 +41,22 @@ var topologies = []string{TopologyNVSwitch, TopologyIslands, TopologyPCIe, Topol
 // links GPUs 0-3 and 4-7 (each group of four) pairwise by 4 links; mixed
 // links 0-1 by 4 and 2-3 by 2; pcie has none.
 func ProfileLinks(profile string, n int) []gpushare.GPULink {
-	if profile == "" {
+	r, ok := ProfileReading(profile, n)
+	if !ok {
 		return nil
 	}
+	return topology.Links(r)
+}
+
+// ProfileReading is what the device plugin reads from NVML on a simulated
+// machine of n GPUs connected as profile (ProfileLinks describes them); ok
+// is false for no profile, where nothing is read. The DRA driver names its
+// NVLink domains from the same reading (plugin/dra/slice.NVLinkDomains).
+func ProfileReading(profile string, n int) (r topology.Reading, ok bool) {
+	if profile == "" {
+		return topology.Reading{}, false
+	}
 	half := max((n+1)/2, 1)
-	r := topology.Reading{}
 	for i := range n {
 		g := topology.GPU{Index: i, NUMANode: i / half}
 		if profile == TopologyNVSwitch {
@@ -73,7 +84,7 @@ func ProfileLinks(profile string, n int) []gpushare.GPULink {
 			r.Pairs = append(r.Pairs, p)
 		}
 	}
-	return topology.Links(r)
+	return r, true
 }
 
 // Fleet is a cluster's GPU nodes. Nodes of different types are interleaved
@@ -153,6 +164,10 @@ func (f Fleet) layout() []NodeType {
 	}
 	return out
 }
+
+// Layout returns each node's type in node order (Count 1 each): the
+// order Nodes and Bins use.
+func (f Fleet) Layout() []NodeType { return f.layout() }
 
 // Nodes returns fresh, empty allocator snapshots of the fleet's nodes,
 // named n0000, n0001, ..., with the links of their topology profile.

@@ -26,11 +26,19 @@ type Run struct {
 	Blind  bool // nodes publish no topology (Options.Blind)
 	// Nodes is how nodes are ranked (Options.NodeScore).
 	Nodes NodeScore
+	// Placer replaces the extender (Options.Placer); Label then names the
+	// run, whole, and Policy, Blind and Nodes do not apply (Ties and the
+	// seed are the placer's to use).
+	Placer NewPlacer
+	Label  string
 }
 
 // Name is how reports label r: the policy, with "/random" for random ties
-// and "/blind" for a topology-blind run.
+// and "/blind" for a topology-blind run; a placer's run is its Label.
 func (r Run) Name() string {
+	if r.Placer != nil || r.Label != "" {
+		return r.Label
+	}
 	name := r.Policy.String()
 	if r.Ties == TieRandom {
 		name += "/random"
@@ -231,7 +239,7 @@ func RunScenario(s Scenario, pods []Pod, runs []Run) (Report, error) {
 	rep.Fill.BoundGiB = s.Fleet.CapacityGiB()
 	rep.Fill.FFD = FillReference(s.Fleet, pods)
 	for i, r := range runs {
-		opt := Options{Policy: r.Policy, Ties: r.Ties, Seed: s.Gen.Seed + uint64(i), Blind: r.Blind, NodeScore: r.Nodes}
+		opt := Options{Policy: r.Policy, Ties: r.Ties, Seed: s.Gen.Seed + uint64(i), Blind: r.Blind, NodeScore: r.Nodes, Placer: r.Placer}
 		f, err := Fill(s.Fleet, pods, opt)
 		if err != nil {
 			return Report{}, fmt.Errorf("%s %s fill: %w", s.Name, r.Name(), err)

@@ -57,6 +57,47 @@ type Options struct {
 	// best fit alone: the topology-blind baseline. Whether a set honours
 	// the topology is still judged by the fleet's real links.
 	Blind bool
+	// Placer, when set, chooses nodes and GPUs instead of the extender's
+	// filter, prioritize and bind (Policy, NodeScore and Blind then do not
+	// apply): another scheduler's model, such as kube-scheduler's own DRA
+	// allocator (cmd/packbench/dra). Each run makes a fresh one.
+	Placer NewPlacer
+}
+
+// Placer is a scheduler the simulation replays pods through in place of the
+// extender: it keeps its own state, sees the nodes' snapshots (what every
+// earlier placement left on them), and says where each pod goes. The
+// simulation charges what it returns on the snapshots and checks it: a GPU
+// charged over its size, a pod given other shares than it asked for, is
+// ErrBookkeeping.
+type Placer interface {
+	// Place chooses the node and GPUs of p, or reports (ok false) that it
+	// fits on no node now. nodes are read-only.
+	Place(p Pod, nodes []allocator.Node) (pl Placement, ok bool, err error)
+	// Release forgets p's placement: the pod departed.
+	Release(p Pod) error
+}
+
+// Placement is where a Placer put a pod: the node's index in the fleet's
+// order and the GiB charged on each GPU index: one GPU with the pod's GiB,
+// or for a multi-GPU pod M distinct GPUs with GiB/M each.
+type Placement struct {
+	Node    int
+	Charges map[int]uint64
+}
+
+// NewPlacer makes a fresh Placer for one run over fleet f with the run's
+// options (Ties and Seed for its node choice, Exhaustive to ask it to skip
+// nothing).
+type NewPlacer func(f Fleet, opt Options) (Placer, error)
+
+// name is the policy's name in results; "placer" for a Placer's run, which
+// RunScenario labels with the run's name.
+func (o Options) name() string {
+	if o.Placer != nil {
+		return "placer"
+	}
+	return o.Policy.String()
 }
 
 // NodeScore names a way to rank the nodes a pod fits on.
@@ -105,6 +146,8 @@ type cluster struct {
 	// allocator but not from the measurement.
 	truth []allocator.LinkScores
 	topo  TopologyStats
+	// placer replaces allocator.Place and the node ranking (Options.Placer).
+	placer Placer
 }
 
 // placed is where a pod went: its node and the GiB charged per GPU index,
@@ -193,6 +236,13 @@ func newCluster(f Fleet, opt Options) (*cluster, error) {
 			c.nodes[i].Links = allocator.LinkScores{}
 		}
 	}
+	if opt.Placer != nil {
+		p, err := opt.Placer(f, opt)
+		if err != nil {
+			return nil, err
+		}
+		c.placer = p
+	}
 	return c, nil
 }
 
@@ -253,6 +303,9 @@ func (c *cluster) nvlinkRoom(count int, per uint64) bool {
 
 // place runs filter, prioritize and bind for p; false when no node passes.
 func (c *cluster) place(p Pod) (placed, bool, error) {
+	if c.placer != nil {
+		return c.placeWith(p)
+	}
 	r := request(p)
 	per := p.PerGPU()
 	best, ties := -1, 0
@@ -289,6 +342,40 @@ func (c *cluster) place(p Pod) (placed, bool, error) {
 		c.topo.add(m, c.nvlinkSet(best, out.set), c.nvlinkRoom(m, per))
 	}
 	return out, true, c.apply(out, true)
+}
+
+// placeWith asks the placer where p goes, checks that it got what it asked
+// for (GiB/M on each of M distinct GPUs of one node) and charges it.
+func (c *cluster) placeWith(p Pod) (placed, bool, error) {
+	pl, ok, err := c.placer.Place(p, c.nodes)
+	if err != nil || !ok {
+		return placed{}, false, err
+	}
+	m, per := p.Count(), p.PerGPU()
+	if pl.Node < 0 || pl.Node >= len(c.nodes) || len(pl.Charges) != m {
+		return placed{}, false, fmt.Errorf("%w: pod %d (%d GPUs) placed on node %d with charges %v", ErrBookkeeping, p.ID, m, pl.Node, pl.Charges)
+	}
+	out := placed{node: pl.Node, charges: pl.Charges}
+	for idx, units := range pl.Charges {
+		if units != per {
+			return placed{}, false, fmt.Errorf("%w: pod %d asks for %d GiB per GPU, charged %v", ErrBookkeeping, p.ID, per, pl.Charges)
+		}
+		out.set |= gpushare.NewGPUSet(idx)
+	}
+	if m > 1 {
+		c.topo.add(m, c.nvlinkSet(pl.Node, out.set), c.nvlinkRoom(m, per))
+	}
+	return out, true, c.apply(out, true)
+}
+
+// release undoes what pod p was charged: the departure.
+func (c *cluster) release(p Pod, at placed) error {
+	if c.placer != nil {
+		if err := c.placer.Release(p); err != nil {
+			return err
+		}
+	}
+	return c.apply(at, false)
 }
 
 // apply charges (or releases) pl, rebuilding the node's snapshot: the cache
@@ -377,7 +464,7 @@ func Fill(f Fleet, pods []Pod, opt Options) (FillResult, error) {
 	if err != nil {
 		return FillResult{}, err
 	}
-	res := FillResult{Policy: opt.Policy.String(), Complete: true, Capacity: c.capacity, CardsTotal: len(f.Bins())}
+	res := FillResult{Policy: opt.name(), Complete: true, Capacity: c.capacity, CardsTotal: len(f.Bins())}
 	for _, p := range pods {
 		_, ok, err := c.place(p)
 		if err != nil {
@@ -533,7 +620,7 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 	}
 	bins := f.Bins()
 	sizes := SizeShares(pods)
-	res := ChurnResult{Policy: opt.Policy.String(), Ties: opt.Ties.String(), Capacity: c.capacity, Cards: len(bins)}
+	res := ChurnResult{Policy: opt.name(), Ties: opt.Ties.String(), Capacity: c.capacity, Cards: len(bins)}
 	var (
 		deps     departures
 		pending  []int              // pod indices, arrival order
@@ -629,7 +716,7 @@ func Churn(f Fleet, pods []Pod, opt ChurnOptions) (ChurnResult, error) {
 		}
 		if isDep {
 			d := heap.Pop(&deps).(departure)
-			if err := c.apply(d.at, false); err != nil {
+			if err := c.release(pods[d.pod], d.at); err != nil {
 				return ChurnResult{}, err
 			}
 			demand[pods[d.pod].PerGPU()] -= pods[d.pod].Count()

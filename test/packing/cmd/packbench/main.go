@@ -1,7 +1,9 @@
 // Command packbench replays the packing benchmark's workloads (test/packing)
-// through the extender's allocator and writes the results as JSON, PNG plots
-// and the tables of docs/benchmarks.md. It is a module of its own, so its
-// plotting libraries stay out of the programs' go.mod; it reads and writes
+// through the extender's allocator and through kube-scheduler's DRA
+// allocator (package dra; -dra=false leaves it out), and writes the results
+// as JSON, PNG plots and the tables of docs/benchmarks.md. It is a module of
+// its own, so its plotting libraries and the DRA allocator's CEL stay out of
+// the programs' go.mod; it reads and writes
 // paths relative to the repository's root, wherever it is run from:
 //
 //	go -C test/packing/cmd/packbench run . -generate    # rewrite the workload files from their seeds
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/test/packing"
+	"github.com/gpushare/gpushare/test/packing/cmd/packbench/dra"
 )
 
 func main() {
@@ -86,6 +89,7 @@ func run(args []string, log io.Writer) error {
 	md := fs.String("md", "", "rewrite the packing section of this markdown file (between its markers)")
 	only := fs.String("only", "", "run only the scenarios whose name contains this")
 	machine := fs.String("machine", "2 cores, 24 GiB", "the machine, as the docs name it")
+	withDRA := fs.Bool("dra", true, "also replay every scenario through kube-scheduler's DRA allocator (runs dra, dra/lowest, and dra/nvlink for multi-GPU workloads)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,7 +115,11 @@ func run(args []string, log io.Writer) error {
 			return fmt.Errorf("%s: the file was generated from %+v, the scenario says %+v: run with -generate", s.File(), spec, s.Gen)
 		}
 		start := time.Now()
-		rep, err := packing.RunScenario(s, pods, packing.RunsFor(s))
+		runs := packing.RunsFor(s)
+		if *withDRA {
+			runs = append(runs, dra.Runs(s)...)
+		}
+		rep, err := packing.RunScenario(s, pods, runs)
 		if err != nil {
 			return err
 		}

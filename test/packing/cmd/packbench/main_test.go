@@ -37,7 +37,8 @@ func TestRun(t *testing.T) {
 		t.Fatalf("a rerun changed the markdown:\n%s\n---\n%s", a, b)
 	}
 	s := string(first)
-	if !strings.Contains(s, "before\n") || !strings.Contains(s, "after\n") || strings.Contains(s, "\nold\n") || !strings.Contains(s, "| small-uniform |") {
+	if !strings.Contains(s, "before\n") || !strings.Contains(s, "after\n") || strings.Contains(s, "\nold\n") || !strings.Contains(s, "| small-uniform |") ||
+		!strings.Contains(s, "| | dra |") || !strings.Contains(s, "| | dra/lowest |") {
 		t.Fatalf("markdown:\n%s", s)
 	}
 	var res Results

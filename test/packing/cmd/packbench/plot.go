@@ -28,6 +28,12 @@ func styleOf(name string) draw.LineStyle {
 		return draw.LineStyle{Color: color.RGBA{R: 148, G: 103, B: 189, A: 255}, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(3), vg.Points(2)}}
 	case "bestfit/blind":
 		return draw.LineStyle{Color: color.RGBA{R: 214, G: 39, B: 40, A: 255}, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(1), vg.Points(2)}}
+	case "dra":
+		return draw.LineStyle{Color: color.RGBA{R: 140, G: 86, B: 75, A: 255}, Width: vg.Points(1.2)}
+	case "dra/lowest":
+		return draw.LineStyle{Color: color.RGBA{R: 227, G: 119, B: 194, A: 255}, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(3), vg.Points(2)}}
+	case "dra/nvlink":
+		return draw.LineStyle{Color: color.RGBA{R: 23, G: 190, B: 207, A: 255}, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(1), vg.Points(2)}}
 	case "ffd":
 		return draw.LineStyle{Color: color.Black, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(5), vg.Points(3)}}
 	}
