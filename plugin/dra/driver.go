@@ -298,15 +298,6 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	d.onError(ctx, err, msg)
 }
 
-// WatchHealthStatus implements kubeletplugin.DRAPlugin. Device health
-// reaches the scheduler through the slice's taints; reporting it to the
-// kubelet (the pods' allocatedResourcesStatus) is not built yet. The
-// kubelet calls it right after accepting the registration: Registered.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	d.kubeletConnected.Store(true)
-	return kubeletplugin.ErrHealthNotSupported
-}
-
 // uidName is what a claim UID must look like before it names a file: no
 // separator, nothing that leaves the directory.
 var uidName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)

@@ -27,8 +27,9 @@ type node struct {
 	inv    *inventory.Inventory
 	faults map[int]slice.Fault // taint of each unhealthy GPU
 	tier   isolation.Status
-	// changed holds one wake-up for the publisher; never blocks a writer.
-	changed chan struct{}
+	// changed holds one wake-up for the publisher, healthChanged one for
+	// the kubelet's health stream; neither blocks a writer.
+	changed, healthChanged chan struct{}
 }
 
 func newNode(base []slice.GPU, unit gpushare.Unit, tier isolation.Status) (*node, error) {
@@ -40,16 +41,22 @@ func newNode(base []slice.GPU, unit gpushare.Unit, tier isolation.Status) (*node
 	if err != nil {
 		return nil, err
 	}
-	return &node{base: base, unit: unit, inv: inv, faults: map[int]slice.Fault{}, tier: tier, changed: make(chan struct{}, 1)}, nil
+	return &node{base: base, unit: unit, inv: inv, faults: map[int]slice.Fault{}, tier: tier,
+		changed: make(chan struct{}, 1), healthChanged: make(chan struct{}, 1)}, nil
 }
 
 // Changed is woken after every change.
 func (n *node) Changed() <-chan struct{} { return n.changed }
 
+// HealthChanged is woken after every change, for the health stream.
+func (n *node) HealthChanged() <-chan struct{} { return n.healthChanged }
+
 func (n *node) wake() {
-	select {
-	case n.changed <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{n.changed, n.healthChanged} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 

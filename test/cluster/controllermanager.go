@@ -24,8 +24,9 @@ const ControllerManagerControllers = "*,-node-lifecycle-controller"
 
 // StartControllerManager starts kube-controller-manager (ControllerManagerControllers, no leader
 // election, each controller with its own ServiceAccount's credentials) and waits until it serves
-// /healthz. A running one is stopped first, so this is also how a test restarts it.
-func (c *Cluster) StartControllerManager(ctx context.Context) error {
+// /healthz. A running one is stopped first, so this is also how a test restarts it. extra flags
+// come last (e.g. --kube-api-qps: each controller's client runs at the default 20 otherwise).
+func (c *Cluster) StartControllerManager(ctx context.Context, extra ...string) error {
 	c.StopControllerManager()
 	kubeconfig := filepath.Join(c.dir, "controller-manager.kubeconfig")
 	if _, err := os.Stat(kubeconfig); err != nil {
@@ -38,7 +39,7 @@ func (c *Cluster) StartControllerManager(ctx context.Context) error {
 		return err
 	}
 	proc := newProcess("kube-controller-manager", filepath.Join(c.bin, "kube-controller-manager"),
-		filepath.Join(c.dir, "kube-controller-manager.log"), controllerManagerArgs(kubeconfig, c.pki, ports[0]))
+		filepath.Join(c.dir, "kube-controller-manager.log"), append(controllerManagerArgs(kubeconfig, c.pki, ports[0]), extra...))
 	if err := proc.start(); err != nil {
 		return err
 	}

@@ -26,6 +26,9 @@ type KubeletOptions struct {
 	// KubeAPILimits runs the kubelet's API client at the real kubelet's limits (50 queries per
 	// second, burst 100) instead of client-go's 5 and 10.
 	KubeAPILimits bool
+	// RecordEvents posts the kubelet's Events (FailedPrepareDynamicResources, ...) as a real
+	// kubelet does; off, kubemark's recorder drops them and the load stays as measured before.
+	RecordEvents bool
 }
 
 // Kubelet is a hollow kubelet running the real kubelet device manager, beside its fake container
@@ -82,6 +85,9 @@ func (c *Cluster) AddKubelet(ctx context.Context, name string, opts KubeletOptio
 	}
 	if opts.KubeAPILimits {
 		args = append(args, "-kube-api-limits")
+	}
+	if opts.RecordEvents {
+		args = append(args, "-record-events")
 	}
 	k := &Kubelet{
 		name: name, rootDir: root, cluster: c,

@@ -199,6 +199,8 @@ type draBed struct {
 	claimNS string
 	// kubeletAPILimits starts the kubelets at the real kubelet's API limits.
 	kubeletAPILimits bool
+	// recordEvents starts the kubelets posting their Events, as a real kubelet does.
+	recordEvents bool
 }
 
 type draNode struct {
@@ -226,7 +228,7 @@ func (b *draBed) addNode(t testing.TB, name, backend string, mutate func(*dra.Co
 // DaemonSet credentials.
 func (b *draBed) addNodeOn(t testing.TB, name string, lib nvml.Library, mutate func(*dra.Config)) *draNode {
 	t.Helper()
-	kubelet, err := b.c.AddKubelet(t.Context(), name, cluster.KubeletOptions{KubeAPILimits: b.kubeletAPILimits})
+	kubelet, err := b.c.AddKubelet(t.Context(), name, cluster.KubeletOptions{KubeAPILimits: b.kubeletAPILimits, RecordEvents: b.recordEvents})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,6 +691,7 @@ func hasMount(edits cdispec.ContainerEdits, host, ctr string) bool {
 func TestDRATiersPerClaim(t *testing.T) {
 	t.Parallel()
 	b := startDRABed(t)
+	b.recordEvents = true                 // the refused Prepare is read from the pod's Events
 	dir, err := os.MkdirTemp("", "gsdra") // MPS pipe paths are bounded by the unix socket limit
 	if err != nil {
 		t.Fatal(err)
@@ -816,26 +819,32 @@ func TestDRATiersPerClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("a claim that requires mps after the fence: %s", unschedulable(p))
-	// The claim allocated on the fenced node anyway fails Prepare, with the reason, and never runs.
-	// A real kubelet posts the reason as the pod's FailedPrepareDynamicResources event; the hollow
-	// kubelet's recorder posts none, so it is read where the same kubelet code logs it.
-	var why string
-	waitFor(t, waitLong, "the kubelet to report the refused Prepare", func() (bool, string) {
-		lines := b.nodes["dra-mps"].kubelet.LogLines("Failed to prepare dynamic resources")
-		for _, l := range lines {
-			if strings.Contains(l, "mps-node-after") {
-				why = l
-			}
-		}
-		return why != "", fmt.Sprintf("%d refusals logged, none for mps-node-after", len(lines))
-	})
-	if !strings.Contains(why, "isolation tier unavailable") || !strings.Contains(why, `\"mps\", which is down`) {
+	// The claim allocated on the fenced node anyway fails Prepare, with the reason, and never runs:
+	// the kubelet posts the reason as the pod's FailedPrepareDynamicResources event.
+	why := waitPodEvent(t, b.client, b.claimNS, "mps-node-after", "FailedPrepareDynamicResources")
+	if !strings.Contains(why, "isolation tier unavailable") || !strings.Contains(why, `"mps", which is down`) {
 		t.Errorf("Prepare refused with %q; want the mps tier's reason", why)
 	}
 	if p, err := b.client.CoreV1().Pods(b.claimNS).Get(t.Context(), "mps-node-after", metav1.GetOptions{}); err != nil || p.Status.Phase == corev1.PodRunning {
 		t.Errorf("the pod on the fenced node: %s; want it not running", podState(p, err))
 	}
 	t.Logf("a claim allocated on the fenced node: %s", why)
+}
+
+// waitPodEvent waits for an Event of reason about pod and returns its message.
+func waitPodEvent(t testing.TB, client kubernetes.Interface, ns, pod, reason string) string {
+	t.Helper()
+	var msg string
+	waitFor(t, waitLong, "event "+reason+" on pod "+pod, func() (bool, string) {
+		list, err := client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod + ",reason=" + reason})
+		if err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprintf("none yet (%v)", err)
+		}
+		msg = list.Items[0].Message
+		return true, ""
+	})
+	return msg
 }
 
 // sliceIsolation is the isolation attribute of node's first published device ("" if none).

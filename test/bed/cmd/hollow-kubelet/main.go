@@ -39,13 +39,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientset "k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
@@ -265,6 +269,7 @@ type options struct {
 	realLimits  bool
 	labels      string
 	cri         string
+	events      bool
 }
 
 func parseLabels(s string) (map[string]string, error) {
@@ -296,6 +301,7 @@ func main() {
 		"how often node status (device-plugin capacity included) is pushed; a real kubelet uses 10s")
 	flag.StringVar(&o.labels, "node-labels", "", "labels the node registers with, k=v[,k=v]")
 	flag.StringVar(&o.cri, "container-runtime-endpoint", "", "CRI endpoint (unix:///path), e.g. a fake-cri process (required)")
+	flag.BoolVar(&o.events, "record-events", false, "post the kubelet's Events to the API server (a real kubelet's recorder, at its eventRecordQPS 50, burst 100) instead of kubemark's recorder, which drops them")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "hollow-kubelet:", err)
@@ -396,7 +402,29 @@ func run(o options) error {
 	fmt.Printf("hollow-kubelet node=%s root=%s device-plugin-socket=%s\n", o.name, o.rootDir, filepath.Join(o.pluginDir, "kubelet.sock"))
 	kubelet := kubemark.NewHollowKubelet(flags, kc, client, heartbeat, &cadvisortest.Fake{NodeName: o.name},
 		imageService, runtimeService, containers)
+	if o.events {
+		recorder, err := eventRecorder(ctx, restConfig, o.name)
+		if err != nil {
+			return err
+		}
+		kubelet.KubeletDeps.Recorder = recorder
+	}
 	go kubelet.Run(ctx)
 	<-ctx.Done()
 	return nil
+}
+
+// eventRecorder is the recorder a real kubelet makes (cmd/kubelet's makeEventRecorder): Events of
+// component kubelet from host node, posted through a client of their own at the kubelet's default
+// eventRecordQPS (50) and eventBurst (100).
+func eventRecorder(ctx context.Context, restConfig *rest.Config, node string) (record.EventRecorderLogger, error) {
+	cfg := *restConfig
+	cfg.QPS, cfg.Burst = 50, 100
+	client, err := clientset.NewForConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return broadcaster.NewRecorder(legacyscheme.Scheme, v1.EventSource{Component: "kubelet", Host: node}), nil
 }
