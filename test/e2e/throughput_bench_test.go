@@ -48,8 +48,13 @@ var throughputProfile = flag.String("throughput-profile", "", "folder for kube-s
 // ships it), at the scheduler's default client QPS (50) and at 500. The configurations run in turn
 // on the same cluster and nodes in one benchmark, so the reported ratios compare like with like:
 // the scheduler alone, the plugin, the scheduler alone again, the extender, the extender without
-// prioritize; ratio-plugin is to the mean of the two rounds alone around it, ratio (the extender)
-// and ratio-mostallocated to the second. The extender is our shipped binary, a process of its own,
+// prioritize, then the DRA mode twice (the same nodes with our driver's slices, 4 GiB claims made
+// by kube-controller-manager, which runs for these rounds only): pods naming the webhook's
+// template themselves (dra), gpu-mem pods translated by gpushare-webhook (dra-webhook), and the
+// first again with kube-controller-manager at the scheduler's client limits (dra-kcm-qps: at its
+// default 20 queries per second its ResourceClaim controller, two writes per pod, is the limit);
+// ratio-plugin is to the mean of the two rounds alone around it, ratio (the extender),
+// ratio-mostallocated and the DRA ratios to the second. The extender is our shipped binary, a process of its own,
 // and runs only for the rounds that use it: alone, the cluster does not carry its watch. Each round
 // creates 500 pods of 4 GiB at once (16 writers) and stops the clock when the last one is bound.
 // It also reports the CPU time each process spent per pod bound in each round, which on a small
@@ -118,14 +123,18 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 			grantPluginRole(b, c, dir)
 			withPlugin := alone
 			withPlugin.Binary, withPlugin.Profiles = pluginBin, profiles
+			dra := setupDRAThroughput(b, c, nodes)
 			rates := map[string][]float64{} // configuration → pods/s of each round
 			cpu := map[string][]float64{}   // metric → ms per pod of each round
-			round := func(config string, cfg cluster.SchedulerConfig, name string) {
-				rate, perPod := burstRate(b, c, cfg, name)
+			record := func(config string, rate float64, perPod map[string]float64) {
 				rates[config] = append(rates[config], rate)
 				for proc, ms := range perPod {
 					cpu["cpu-ms/pod-"+proc+"-"+config] = append(cpu["cpu-ms/pod-"+proc+"-"+config], ms)
 				}
+			}
+			round := func(config string, cfg cluster.SchedulerConfig, name string) {
+				rate, perPod := burstRate(b, c, cfg, name)
+				record(config, rate, perPod)
 			}
 			// The scheduler alone runs before and after the plugin, and the plugin's ratio is to
 			// the mean of the two: a round on a cluster that has just created its nodes runs
@@ -143,6 +152,11 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 				round("mostallocated", withMostAllocated, fmt.Sprintf("mostalloc-%d", i))
 				rates["extender-ratio"] = append(rates["extender-ratio"], rates["extender"][i]/after)
 				rates["mostallocated-ratio"] = append(rates["mostallocated-ratio"], rates["mostallocated"][i]/after)
+				ext.stop()
+				dra.rounds(b, alone, i, record)
+				rates["dra-ratio"] = append(rates["dra-ratio"], rates["dra"][i]/after)
+				rates["dra-webhook-ratio"] = append(rates["dra-webhook-ratio"], rates["dra-webhook"][i]/after)
+				rates["dra-kcm-qps-ratio"] = append(rates["dra-kcm-qps-ratio"], rates["dra-kcm-qps"][i]/after)
 			}
 			b.ReportMetric(median(rates["alone"]), "pods/s-scheduler")
 			b.ReportMetric(median(rates["extender"]), "pods/s-extender")
@@ -151,6 +165,12 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 			b.ReportMetric(median(rates["mostallocated-ratio"]), "ratio-mostallocated")
 			b.ReportMetric(median(rates["plugin"]), "pods/s-plugin")
 			b.ReportMetric(median(rates["plugin-ratio"]), "ratio-plugin")
+			b.ReportMetric(median(rates["dra"]), "pods/s-dra")
+			b.ReportMetric(median(rates["dra-ratio"]), "ratio-dra")
+			b.ReportMetric(median(rates["dra-webhook"]), "pods/s-dra-webhook")
+			b.ReportMetric(median(rates["dra-webhook-ratio"]), "ratio-dra-webhook")
+			b.ReportMetric(median(rates["dra-kcm-qps"]), "pods/s-dra-kcm-qps")
+			b.ReportMetric(median(rates["dra-kcm-qps-ratio"]), "ratio-dra-kcm-qps")
 			for metric, ms := range cpu {
 				b.ReportMetric(median(ms), metric)
 			}
@@ -216,18 +236,24 @@ func (e *benchExtender) waitReady(b *testing.B) {
 // running process of the bed spent per pod bound (ms) over the same span. The pods are then
 // removed (grace period 0: no kubelet will confirm) and their removal awaited.
 func burstRate(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, prefix string) (float64, map[string]float64) {
+	return burstRateOf(b, c, cfg, prefix, throughputPod)
+}
+
+// burstRateOf is burstRate with the round's pods made by mk (each in its own namespace).
+func burstRateOf(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, prefix string, mk func(name string) *corev1.Pod) (float64, map[string]float64) {
 	ctx := context.Background()
 	b.StopTimer()
 	if err := c.StartScheduler(ctx, cfg); err != nil {
 		b.Fatal(err)
 	}
-	pods := c.Client().CoreV1().Pods("default")
+	ns := mk("probe").Namespace
+	pods := c.Client().CoreV1().Pods(ns)
 	// The round's watch ends with the round: left running, each round's watch
 	// decoded every later round's events beside it, on the same two cores,
 	// and the configurations measured last paid for most of them.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	allBound := watchBound(watchCtx, b, c.Client(), prefix, throughputBurst)
+	allBound := watchBound(watchCtx, b, c.Client(), ns, prefix, throughputBurst)
 	cpuBefore, err := c.ComponentCPU()
 	if err != nil {
 		b.Fatal(err)
@@ -240,7 +266,7 @@ func burstRate(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, pr
 	for range 16 {
 		wg.Go(func() {
 			for i := range work {
-				if _, err := pods.Create(ctx, throughputPod(fmt.Sprintf("%s-%03d", prefix, i)), metav1.CreateOptions{}); err != nil {
+				if _, err := pods.Create(ctx, mk(fmt.Sprintf("%s-%03d", prefix, i)), metav1.CreateOptions{}); err != nil {
 					b.Error(err)
 				}
 			}
@@ -308,8 +334,8 @@ func profileRound(b *testing.B, c *cluster.Cluster, prefix string) <-chan struct
 // watchBound returns a channel closed once n pods whose names start with prefix are bound, and
 // watches until ctx ends. An informer, not a bare watch: it survives the apiserver ending a watch
 // under load.
-func watchBound(ctx context.Context, b *testing.B, client kubernetes.Interface, prefix string, n int) <-chan struct{} {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"))
+func watchBound(ctx context.Context, b *testing.B, client kubernetes.Interface, ns, prefix string, n int) <-chan struct{} {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
 	informer := factory.Core().V1().Pods().Informer()
 	done := make(chan struct{})
 	var mu sync.Mutex
