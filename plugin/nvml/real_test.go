@@ -89,7 +89,8 @@ func TestRealNVML(t *testing.T) {
 	}
 
 	// A short health watch proves event registration and waiting work on
-	// this driver; a healthy idle GPU raises nothing.
+	// this driver: each GPU is reported watched (CauseWatched, no fault),
+	// and a healthy idle GPU raises nothing else.
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	events := make(chan HealthEvent, 4*len(gpus))
@@ -99,7 +100,17 @@ func TestRealNVML(t *testing.T) {
 	}
 	t.Logf("health watch ran %v and stopped on cancellation", time.Since(start).Round(time.Millisecond))
 	close(events)
+	watched := map[string]bool{}
 	for ev := range events {
+		if ev.Cause == CauseWatched {
+			watched[ev.UUID] = true
+			continue
+		}
 		t.Errorf("health event on an idle GPU: %+v", ev)
+	}
+	for _, g := range gpus {
+		if !watched[g.UUID] {
+			t.Errorf("GPU %d (%s) was never reported watched", g.Index, g.UUID)
+		}
 	}
 }
