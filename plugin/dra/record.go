@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpushare/gpushare/plugin/dra/prepare"
 	"github.com/gpushare/gpushare/plugin/dra/store"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 )
@@ -120,11 +121,7 @@ func firstRequest(done store.Claim) string {
 	if len(done.Shares) == 0 {
 		return ""
 	}
-	r := done.Shares[0].Request
-	if i := strings.IndexByte(r, '/'); i >= 0 {
-		return r[:i]
-	}
-	return r
+	return prepare.BaseRequest(done.Shares[0].Request)
 }
 
 // writeRecords writes the record on the pods of targets, best effort: the
