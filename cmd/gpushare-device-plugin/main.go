@@ -29,6 +29,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/plugin/podresources"
 	"github.com/gpushare/gpushare/plugin/server"
+	"github.com/gpushare/gpushare/plugin/usage"
 )
 
 func main() {
@@ -53,6 +54,7 @@ type options struct {
 	cdiSpecDir   string
 	isolation    isolationOptions
 	dra          draOptions
+	usage        usageOptions
 	logLevel     zapcore.Level
 	node         string
 }
@@ -88,6 +90,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		"one of the runtime's cdi_spec_dirs")
 	o.isolation.register(fs)
 	o.dra.register(fs)
+	o.usage.register(fs)
 	fs.TextVar(&o.logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -119,6 +122,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		return o, err
 	}
 	if err := o.dra.check(o); err != nil {
+		return o, err
+	}
+	if err := o.usage.check(); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -202,15 +208,24 @@ func serve(o options, logger *zap.Logger) error {
 			logger.Warn("shut down NVML", zap.Error(err))
 		}
 	}()
-	metrics, _, stopMetrics, err := serveMetrics(o.metrics, logger)
+	metrics, err := serveMetrics(o.metrics, o.usage.interval > 0, logger)
 	if err != nil {
 		return err
 	}
-	defer stopMetrics()
+	defer metrics.stop()
 	tiers, err := o.isolation.config(lib, logger)
 	if err != nil {
 		return err
 	}
+	usageCtx, stopUsage := context.WithCancel(ctx)
+	waitUsage, err := startUsage(usageCtx, o, logger, client, lib, metrics.usage)
+	if err != nil {
+		stopUsage()
+		return err
+	}
+	// The loop reads NVML: it ends before the deferred Shutdown above.
+	defer waitUsage()
+	defer stopUsage()
 	if o.dra.mode == modeDRA {
 		return serveDRA(ctx, o, logger, client, lib, tiers)
 	}
@@ -221,7 +236,7 @@ func serve(o options, logger *zap.Logger) error {
 		Node: o.node, Client: client, Library: lib, Unit: o.unit, DevicePluginDir: o.dir, PodResourcesSocket: o.podResources,
 		HealthCheck: o.healthCheck, HealthQuietPeriod: o.quiet, AllocateWait: o.allocateWait,
 		Health:  nvml.HealthOptions{FatalXids: o.fatalXids},
-		Restart: restart, Metrics: metrics, Logger: logger, DeviceList: o.deviceList, Isolation: tiers,
+		Restart: restart, Metrics: metrics.plugin, Logger: logger, DeviceList: o.deviceList, Isolation: tiers,
 	})
 	if err != nil {
 		return err
@@ -249,21 +264,35 @@ func limitSpecs(o options, logger *zap.Logger) (*server.LimitSpecs, error) {
 	return limits, nil
 }
 
-// serveMetrics serves the plugin's Prometheus series, and nothing else, on
-// addr, and returns the address it listens on; with addr empty it serves
-// nothing and returns nil metrics. The returned stop closes the listener.
-func serveMetrics(addr string, logger *zap.Logger) (*manager.Metrics, string, func(), error) {
+// servedMetrics are the series serveMetrics serves, nil where none is.
+type servedMetrics struct {
+	plugin *manager.Metrics
+	usage  *usage.Metrics
+	addr   string // where it listens
+	stop   func() // closes the listener
+}
+
+// serveMetrics serves the plugin's Prometheus series, and the usage loop's
+// when withUsage, and nothing else, on addr; with addr empty it serves
+// nothing and returns nil metrics.
+func serveMetrics(addr string, withUsage bool, logger *zap.Logger) (servedMetrics, error) {
 	if addr == "" {
-		return nil, "", func() {}, nil
+		return servedMetrics{stop: func() {}}, nil
 	}
 	reg := prometheus.NewRegistry()
-	metrics, err := manager.NewMetrics(reg)
-	if err != nil {
-		return nil, "", nil, err
+	var out servedMetrics
+	var err error
+	if out.plugin, err = manager.NewMetrics(reg); err != nil {
+		return servedMetrics{}, err
+	}
+	if withUsage {
+		if out.usage, err = usage.NewMetrics(reg); err != nil {
+			return servedMetrics{}, err
+		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("--metrics-listen: %w", err)
+		return servedMetrics{}, fmt.Errorf("--metrics-listen: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -275,5 +304,6 @@ func serveMetrics(addr string, logger *zap.Logger) (*manager.Metrics, string, fu
 		}
 	}()
 	logger.Info("serving metrics", zap.String("address", ln.Addr().String()))
-	return metrics, ln.Addr().String(), func() { srv.Close() }, nil
+	out.addr, out.stop = ln.Addr().String(), func() { srv.Close() }
+	return out, nil
 }

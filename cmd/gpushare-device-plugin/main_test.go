@@ -125,16 +125,17 @@ func TestRunFailsWithoutKubeconfig(t *testing.T) {
 // --metrics-listen serves the plugin's series on /metrics and nothing else;
 // without it nothing listens.
 func TestServeMetrics(t *testing.T) {
-	if m, addr, stop, err := serveMetrics("", zap.NewNop()); err != nil || m != nil || addr != "" {
-		t.Fatalf("serveMetrics(\"\") = %v, %q, %v; want nothing served", m, addr, err)
+	if m, err := serveMetrics("", true, zap.NewNop()); err != nil || m.plugin != nil || m.usage != nil || m.addr != "" {
+		t.Fatalf("serveMetrics(\"\") = %+v, %v; want nothing served", m, err)
 	} else {
-		stop()
+		m.stop()
 	}
-	m, addr, stop, err := serveMetrics("127.0.0.1:0", zap.NewNop())
-	if err != nil || m == nil {
-		t.Fatalf("serveMetrics = %v, %v", m, err)
+	m, err := serveMetrics("127.0.0.1:0", true, zap.NewNop())
+	if err != nil || m.plugin == nil || m.usage == nil {
+		t.Fatalf("serveMetrics = %+v, %v", m, err)
 	}
-	defer stop()
+	defer m.stop()
+	addr := m.addr
 	get := func(path string) (int, string) {
 		t.Helper()
 		resp, err := http.Get("http://" + addr + path)
@@ -145,13 +146,14 @@ func TestServeMetrics(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, `gpushare_plugin_allocate_total{outcome="overcommit"} 0`) {
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, `gpushare_plugin_allocate_total{outcome="overcommit"} 0`) ||
+		!strings.Contains(body, `gpushare_usage_reads_total{outcome="error"} 0`) {
 		t.Errorf("GET /metrics = %d %q", code, body)
 	}
 	if code, _ := get("/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("GET /debug/pprof/ = %d; want 404: only /metrics is served", code)
 	}
-	if _, _, _, err := serveMetrics("256.0.0.1:1", zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--metrics-listen") {
+	if _, err := serveMetrics("256.0.0.1:1", false, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--metrics-listen") {
 		t.Errorf("a bad address = %v; want an error naming the flag", err)
 	}
 }

@@ -36,6 +36,7 @@ type nodeAcc struct {
 	publishedUnit gpushare.Unit // the unit that annotation (or the slice) counts in
 	count         uint64        // aliyun.com/gpu-count, for the old unit guess
 	dra           *draAcc       // non-nil on a DRA node
+	usage         *gpushare.NodeUsage
 }
 
 // Objects are what one read of the API server returned. Slices and Claims
@@ -108,6 +109,13 @@ func (r *Report) sum(order []*nodeAcc) {
 	r.Unit = unit.String()
 	for _, acc := range order {
 		n := acc.finish()
+		if n.Usage != nil {
+			// Before scale: Allocated is still in the node's own unit.
+			if r.Usage == nil {
+				r.Usage = &ClusterUsage{}
+			}
+			r.Usage.addUsage(&n, acc.unit().MiB())
+		}
 		if mixed {
 			n.scale(acc.unit().MiB())
 		}
@@ -129,6 +137,7 @@ func newNode(n *corev1.Node, r *Report) *nodeAcc {
 		node: Node{Name: n.Name, Address: address(n), Total: quantityUnits(n.Status.Allocatable, gpushare.ResourceName)},
 		gpus: map[int]*GPU{},
 	}
+	acc.usage = readUsage(n, r)
 	if raw, ok := n.Annotations[gpushare.AnnotationNodeGPUs]; ok {
 		desc, err := gpushare.DecodeNodeGPUs(raw)
 		if err == nil {
@@ -357,6 +366,7 @@ func (acc *nodeAcc) finish() Node {
 		n.Mode = ModeDRA
 		slices.SortFunc(n.Claims, compareClaims)
 	}
+	applyUsage(&n, acc.usage)
 	return n
 }
 

@@ -18,6 +18,9 @@ type Report struct {
 	Nodes []Node `json:"nodes"`
 	// Skipped lists what could not be read and was left out of the numbers.
 	Skipped []Skipped `json:"skipped,omitempty"`
+	// Usage adds up the nodes whose device plugin measures use; absent
+	// when none does.
+	Usage *ClusterUsage `json:"usage,omitempty"`
 }
 
 // Node is one GPU-sharing node.
@@ -51,6 +54,9 @@ type Node struct {
 	// memory on its GPUs, each with the pods reserving it, sorted by
 	// namespace then name; absent on device-plugin nodes.
 	Claims []Claim `json:"claims,omitempty"`
+	// Usage is what the node's usage loop measured; absent when its plugin
+	// does not measure use.
+	Usage *NodeUsage `json:"usage,omitempty"`
 }
 
 // ModeDRA marks a node served by the DRA driver (Node.Mode).
@@ -87,6 +93,11 @@ type GPU struct {
 	// IsolationReason says why the GPU fell back from the tier its node is
 	// configured for (e.g. the MPS control daemon does not answer).
 	IsolationReason string `json:"isolationReason,omitempty"`
+	// UsedMiB is the memory in use on the GPU and Utilization the share
+	// of time a kernel ran, in percent, from the node's usage summary;
+	// absent where unknown.
+	UsedMiB     *uint64 `json:"usedMiB,omitempty"`
+	Utilization *int    `json:"utilization,omitempty"`
 }
 
 // Enforces reports whether the GPU's tier enforces limits (mps, hami-core).
@@ -199,6 +210,11 @@ type Container struct {
 	// Claims names, on a DRA node, the ResourceClaims (in the pod's
 	// namespace) whose memory the container uses through resources.claims.
 	Claims []string `json:"claims,omitempty"`
+	// UsedMiB is the GPU memory the container's processes use, over all
+	// its GPUs, from the node's usage summary; absent where unknown.
+	UsedMiB *uint64 `json:"usedMiB,omitempty"`
+	// OverSlice is true when it uses more than its slice of some GPU.
+	OverSlice bool `json:"overSlice,omitempty"`
 }
 
 // Skipped is an object left out of the report, and why.

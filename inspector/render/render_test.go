@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -152,6 +153,8 @@ func TestGolden(t *testing.T) {
 		{"multigpu-summary.txt", multiGPUCluster, summary},
 		{"multigpu-details.txt", multiGPUCluster, details},
 		{"multigpu.json", multiGPUCluster, jsonOut},
+		{"usage-details.txt", usageCluster, details},
+		{"usage.json", usageCluster, jsonOut},
 	}
 	for _, tc := range cases {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -310,6 +313,67 @@ func multiGPUCluster() ([]corev1.Node, []corev1.Pod) {
 			fixture.MultiGPUPod("ml", "old-2", "multi-old", 6, gpushare.NewGPUSet(0, 1), 15, false),
 			fixture.SimplePod("default", "old-single", "multi-old", 2, 1, 15, true),
 		}
+}
+
+// usageCluster is multiGPUCluster with multi-0's usage summary (issue 26):
+// train-2's main uses 4.5 GiB of its 4 on each of GPUs 0 and 1 (over),
+// train-4's main 2.5 of its 3 on each of its four, single 2.5 of 5 on GPU 2,
+// and a process of a pod without a slice 1 GiB on GPU 3. The old node has
+// none: its rows stay as they were.
+func usageCluster() ([]corev1.Node, []corev1.Pod) {
+	nodes, pods := multiGPUCluster()
+	pct := func(v int) *int { return &v }
+	u := gpushare.NodeUsage{At: time.Date(2026, 12, 5, 13, 0, 0, 0, time.UTC), IntervalSeconds: 10,
+		GPUs: []gpushare.GPUUsage{
+			{Index: 0, UsedMiB: 7168, Utilization: pct(80)}, {Index: 1, UsedMiB: 7168, Utilization: pct(75)},
+			{Index: 2, UsedMiB: 5120, Utilization: pct(20)}, {Index: 3, UsedMiB: 3584, UnattributedMiB: 512},
+		},
+		Containers: []gpushare.ContainerUsage{
+			{Namespace: "ml", Pod: "train-2", Container: "main", GPU: 0, UsedMiB: 4608, SliceMiB: 4096},
+			{Namespace: "ml", Pod: "train-2", Container: "main", GPU: 1, UsedMiB: 4608, SliceMiB: 4096},
+			{Namespace: "default", Pod: "single", Container: "main", GPU: 2, UsedMiB: 2560, SliceMiB: 5120},
+			{Namespace: "other", Pod: "rogue", Container: "c", GPU: 3, UsedMiB: 1024},
+		},
+	}
+	for g := range 4 {
+		u.Containers = append(u.Containers, gpushare.ContainerUsage{Namespace: "ml", Pod: "train-4", Container: "main", GPU: g, UsedMiB: 2560, SliceMiB: 3072})
+	}
+	raw, err := gpushare.EncodeNodeUsage(u)
+	if err != nil {
+		panic(err)
+	}
+	nodes[1] = fixture.WithAnnotation(nodes[1], gpushare.AnnotationNodeUsage, raw)
+	return nodes, pods
+}
+
+// The summary table has no use in it: a node's usage summary leaves it as it was.
+func TestUsageLeavesSummary(t *testing.T) {
+	var with, without bytes.Buffer
+	nodes, pods := usageCluster()
+	if err := render.Summary(&with, collect.Build(nodes, pods)); err != nil {
+		t.Fatal(err)
+	}
+	nodes, pods = multiGPUCluster()
+	if err := render.Summary(&without, collect.Build(nodes, pods)); err != nil {
+		t.Fatal(err)
+	}
+	if with.String() != without.String() {
+		t.Errorf("summary with use:\n%s\nwithout:\n%s", with.String(), without.String())
+	}
+}
+
+// A usage summary that cannot be read is skipped with its reason; the
+// allocation view stands and no USED figure appears.
+func TestUsageMalformed(t *testing.T) {
+	nodes, pods := multiGPUCluster()
+	nodes[1] = fixture.WithAnnotation(nodes[1], gpushare.AnnotationNodeUsage, `{"at":"2026-12-05T13:00:00Z","intervalSeconds":0}`)
+	r := collect.Build(nodes, pods)
+	if r.Usage != nil || r.Nodes[0].Usage != nil || r.Nodes[1].Usage != nil {
+		t.Errorf("usage shown from a malformed summary: %+v", r.Usage)
+	}
+	if len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Reason, "intervalSeconds") {
+		t.Errorf("skipped %+v; want the node's summary named with its fault", r.Skipped)
+	}
 }
 
 // A multi-GPU pod's -d rows: the pod on each GPU with its share there, and

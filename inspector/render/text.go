@@ -108,6 +108,9 @@ func Details(w io.Writer, r *collect.Report) error {
 		if tiers := isolation(n); tiers != "" {
 			out.WriteString("ISOLATION:\t" + tiers + "\n")
 		}
+		if n.Usage != nil {
+			out.WriteString("USED:\t" + usedLine(n, unitMiB(r)) + "\n")
+		}
 		out.WriteString("\n")
 
 		cols := gpuColumns(r.Nodes[i : i+1])
@@ -151,7 +154,7 @@ func Details(w io.Writer, r *collect.Report) error {
 				writeClaims(out, n)
 			}
 		case n.GPUSizes == collect.SizesPublished && len(n.Pods) > 0:
-			writeContainers(out, n)
+			writeContainers(out, n, unitMiB(r))
 		}
 		out.WriteString(strings.Repeat("-", dash) + "\n")
 	}
@@ -159,6 +162,9 @@ func Details(w io.Writer, r *collect.Report) error {
 	out.WriteString("\n")
 	out.WriteString("Allocated/Total GPU Memory In Cluster:\t" +
 		u(r.Allocated) + "/" + u(r.Total) + " (" + u(r.AllocatedPercent) + "%)\t\n")
+	if r.Usage != nil {
+		out.WriteString(clusterUsedLine(r, unitMiB(r)))
+	}
 	if out.err != nil {
 		return out.err
 	}
@@ -175,16 +181,22 @@ func Details(w io.Writer, r *collect.Report) error {
 // request as "8 (4/GPU)"; containers on one GPU print as before.
 //
 // The ISOLATION column (what each pod's isolation annotations ask) appears
-// only on nodes where some pod sets them, so nodes without tiers keep the
-// section as it was.
-func writeContainers(out *errWriter, n *collect.Node) {
+// only on nodes where some pod sets them, and the USED column (what the
+// container's processes use, in the report's unit) only on nodes that
+// measure use, so other nodes keep the section as it was.
+func writeContainers(out *errWriter, n *collect.Node, unit uint64) {
 	asks := slices.ContainsFunc(n.Pods, func(p collect.Pod) bool { return podAsks(p) != "-" })
+	used := n.Usage != nil
 	out.WriteString("\n")
-	if asks {
-		out.WriteString("POD\tCONTAINER\tREQUEST\tGPU\tISOLATION\tENV\n")
-	} else {
-		out.WriteString("POD\tCONTAINER\tREQUEST\tGPU\tENV\n")
+	header := "POD\tCONTAINER\tREQUEST\t"
+	if used {
+		header += "USED\t"
 	}
+	header += "GPU\t"
+	if asks {
+		header += "ISOLATION\t"
+	}
+	out.WriteString(header + "ENV\n")
 	for _, p := range n.Pods {
 		for _, c := range p.Containers {
 			name := c.Name
@@ -201,7 +213,11 @@ func writeContainers(out *errWriter, n *collect.Node) {
 				gpu = joinInts(c.GPUs)
 				request += " (" + u(c.UnitsPerGPU) + "/GPU)"
 			}
-			row := p.Namespace + "/" + p.Name + "\t" + name + "\t" + request + "\t" + gpu + "\t"
+			row := p.Namespace + "/" + p.Name + "\t" + name + "\t" + request + "\t"
+			if used {
+				row += usedCell(c, unit) + "\t"
+			}
+			row += gpu + "\t"
 			if asks {
 				row += podAsks(p) + "\t"
 			}

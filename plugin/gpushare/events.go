@@ -23,6 +23,11 @@ const (
 	EventReasonGPUUnhealthy = "GPUUnhealthy"
 	// EventReasonGPUHealthy (Normal, on a node): a GPU is healthy again.
 	EventReasonGPUHealthy = "GPUHealthy"
+	// EventReasonOverUse (Warning, on a pod): one of the pod's containers
+	// has used more GPU memory than its slice for longer than the usage
+	// loop's grace period; the note names the container, the GPU, its use
+	// and its slice. Repeats while it lasts fold into one series.
+	EventReasonOverUse = "GPUShareOverUse"
 )
 
 // Actions of those events (events.k8s.io requires one): what the reporting
@@ -31,6 +36,7 @@ const (
 	EventActionBind        = "Bind"
 	EventActionAllocate    = "Allocate"
 	EventActionHealthCheck = "HealthCheck"
+	EventActionUsageCheck  = "UsageCheck"
 )
 
 // Reporting controllers (events.k8s.io's reportingController) of the two

@@ -45,6 +45,14 @@ func startEvents(ctx context.Context, rec EventRecorder, client kubernetes.Inter
 	if rec != nil {
 		return rec, func() {}
 	}
+	return StartEventRecorder(ctx, client)
+}
+
+// StartEventRecorder returns a recorder of the device plugin's events,
+// sent through client's events.k8s.io API until the returned stop; repeats
+// fold into series. When recording cannot start it returns a nil recorder
+// (the events are lost, the plugin works on).
+func StartEventRecorder(ctx context.Context, client kubernetes.Interface) (EventRecorder, func()) {
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		b.Shutdown()

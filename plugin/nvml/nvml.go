@@ -77,6 +77,10 @@ type Library interface {
 	// PCI bus ID, NUMA node and NVLink links to NVSwitches, and every pair's
 	// PCIe common ancestor and NVLink link count (plugin/topology scores it).
 	Topology() (topology.Reading, error)
+	// Usage reads each shareable GPU's memory in use, utilisation and the
+	// processes holding memory on it (plugin/usage attributes them to
+	// containers).
+	Usage() ([]Usage, error)
 	// DriverVersion is the NVIDIA driver's version as NVML gives it (e.g.
 	// "550.54.15"); "" when NVML could not read it.
 	DriverVersion() string

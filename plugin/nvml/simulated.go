@@ -76,6 +76,8 @@ type Simulator struct {
 	// queue carries injected events to whichever watcher waits next; with
 	// several watchers each event reaches only one of them.
 	queue chan nvml.EventData
+	// usage holds the processes and utilisation tests set (ProcessSetter).
+	usage *simUsage
 }
 
 var (
@@ -174,7 +176,8 @@ func parseSimulated(backend string) (simulatedSpec, error) {
 // leave out (events, PCI bus IDs) and initialises it as the real library is.
 // GPUs at the indices in mig are put in MIG mode.
 func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Server, mig []int, topo simTopology) (*Simulator, error) {
-	s := &Simulator{server: srv, queue: make(chan nvml.EventData, simulatedEventQueue)}
+	s := &Simulator{server: srv, queue: make(chan nvml.EventData, simulatedEventQueue),
+		usage: &simUsage{procs: map[int][]Process{}, util: map[int]int{}}}
 	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return newSimEventSet(s.queue), nvml.SUCCESS
 	}
@@ -184,6 +187,7 @@ func newSimulatorFromServer(logger *zap.Logger, backend string, srv *server.Serv
 			return nil, fmt.Errorf("build simulated machine: unexpected device type %T", d)
 		}
 		completeSimDevice(dev)
+		s.usage.completeUsage(i, dev)
 		topo.apply(i, dev, srv.Devices)
 		if slices.Contains(mig, i) {
 			dev.MigMode = nvml.DEVICE_MIG_ENABLE

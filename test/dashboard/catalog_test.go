@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -26,6 +28,9 @@ import (
 	"github.com/gpushare/gpushare/extender/server"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/manager"
+	"github.com/gpushare/gpushare/plugin/nvml"
+	"github.com/gpushare/gpushare/plugin/usage"
+	"github.com/gpushare/gpushare/plugin/usage/cgroup"
 )
 
 // catalog maps every series name a program exports (histograms' _bucket,
@@ -171,8 +176,45 @@ func devicePluginFamilies() ([]*dto.MetricFamily, error) {
 	if _, err := manager.NewMetrics(reg); err != nil {
 		return nil, err
 	}
+	if err := usageSeries(reg); err != nil {
+		return nil, err
+	}
 	return reg.Gather()
 }
+
+// usageSeries registers the usage loop's series and fills them with two
+// readings of a container above its slice, a grace apart, so every series
+// exists, the over-use counter included.
+func usageSeries(reg *prometheus.Registry) error {
+	metrics, err := usage.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "11111111-2222-3333-4444-555555555555",
+		Annotations: map[string]string{gpushare.AnnotationContainerEnv: `{"main":{"gpu":0,"pod":1,"container":1,"dev":16}}`}},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + strings.Repeat("a", 64)}}}}
+	loop, err := usage.New(usage.Config{
+		GPUs: fixedUsage{{Index: 0, UUID: "GPU-0", UsedBytes: 2 << 30, TotalBytes: 16 << 30, UtilizationPercent: 50,
+			Processes: []nvml.Process{{PID: 1, UsedBytes: 2 << 30, UsedKnown: true}}}},
+		Pods: func() []*corev1.Pod { return []*corev1.Pod{pod} },
+		Owner: func(uint32) (cgroup.Owner, bool, error) {
+			return cgroup.Owner{PodUID: string(pod.UID), ContainerID: strings.Repeat("a", 64)}, true, nil
+		},
+		Unit: gpushare.GiB, Grace: time.Second, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	loop.Step(context.Background(), now)
+	loop.Step(context.Background(), now.Add(time.Second))
+	return nil
+}
+
+// fixedUsage is a GPU reading that never changes.
+type fixedUsage []nvml.Usage
+
+func (f fixedUsage) Usage() ([]nvml.Usage, error) { return f, nil }
 
 // oneNodeCache is a synced cache of one gpushare node, n1, with GPU 0
 // healthy and half charged and GPU 1 unhealthy.

@@ -185,6 +185,7 @@ var overlays = []struct {
 	{"second-scheduler", map[string]any{"scheduler": map[string]any{"mode": "secondScheduler"}}, []string{".", "second-scheduler"}},
 	{"scheduler-plugin", map[string]any{"scheduler": map[string]any{"mode": "schedulerPlugin"}}, []string{".", "scheduler-plugin"}},
 	{"dra", map[string]any{"dra": map[string]any{"enabled": true}}, []string{".", "dra"}},
+	{"usage", map[string]any{"devicePlugin": map[string]any{"usage": map[string]any{"enabled": true}}}, []string{"usage"}},
 }
 
 // TestTemplateMatchesKustomize: the chart with default values renders exactly manifests/base, and
