@@ -138,7 +138,7 @@ func NewCommand(streams Streams, kube ConfigGetter, newClient NewClientFunc) *co
 	}
 	// A default "completion" command would shadow a node of that name.
 	c.CompletionOptions.DisableDefaultCmd = true
-	c.AddCommand(newWhyCommand(streams, kube, newClient), newFitCommand(streams, kube, newClient))
+	c.AddCommand(newWhyCommand(streams, kube, newClient), newFitCommand(streams, kube, newClient), newUICommand(streams, kube, newClient))
 	return c
 }
 
