@@ -129,4 +129,3 @@ func openBrowser(url string) error {
 	go c.Wait() //nolint:errcheck // the opener's exit says nothing about the page
 	return nil
 }
-

@@ -261,7 +261,7 @@ func (f *fakeEvents) Eventf(regarding, _ runtime.Object, eventtype, reason, _, n
 }
 
 // writeCgroup makes <root>/<pid>/cgroup say the process runs in the pod's container (systemd, containerd).
-func writeCgroup(t *testing.T, root string, pid uint32, podUID, containerID string) {
+func writeCgroup(t testing.TB, root string, pid uint32, podUID, containerID string) {
 	t.Helper()
 	dir := filepath.Join(root, fmt.Sprint(pid))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
