@@ -48,6 +48,7 @@ fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIM
 e2e: ## End-to-end tests on a real local cluster (builds the test bed first, cached)
 	bash test/bed/build.sh
 	$(GO) test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -parallel $(E2E_PARALLEL) ./test/...
+	cd test/browser && GOWORK=off $(GO) test -race -count=1 -tags e2e -timeout 10m ./...
 
 check: ## All tests: what CI runs (the test bed builds in the background beside the unit tests; log in BED_LOG)
 	@mkdir -p $(dir $(BED_LOG))
@@ -86,6 +87,7 @@ lint: ## go vet on the modules' own code (built as -race, so make test reuses it
 	cd test/dashboard && GOWORK=off $(GO) vet -race ./...
 	cd test/packing/cmd/packbench && GOWORK=off $(GO) vet -race ./...
 	cd test/helm && GOWORK=off $(GO) vet -race ./...
+	cd test/browser && GOWORK=off $(GO) vet -race -tags e2e ./...
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
@@ -100,6 +102,7 @@ verify: ## Fail on gofmt drift, go vet findings, go mod tidy drift or a tracked 
 	cd test/dashboard && GOWORK=off $(GO) mod tidy -diff
 	cd test/packing/cmd/packbench && GOWORK=off $(GO) mod tidy -diff
 	cd test/helm && GOWORK=off $(GO) mod tidy -diff
+	cd test/browser && GOWORK=off $(GO) mod tidy -diff
 
 clean: ## Remove bin/ and the test cache (the test bed's binary cache stays: see test/bed/build.sh)
 	rm -rf bin

@@ -19,12 +19,31 @@ import (
 // to place (no gpu-mem) or the extender refuses it everywhere (invalid
 // request or annotations).
 func ExplainWhy(st State, pod *corev1.Pod, policy allocator.Policy) (*Why, error) {
+	views, skipped := buildViews(st, pod)
+	return explainOn(views, skipped, unitOf(st), pod, policy)
+}
+
+// ExplainPending is ExplainWhy for each of pods, which no node is bound to,
+// on one replay of st: the cluster's snapshot is built once, not per pod
+// (what the live map needs at every change). Each answer or error is at
+// the pod's index.
+func ExplainPending(st State, pods []*corev1.Pod, policy allocator.Policy) ([]*Why, []error) {
+	views, skipped := buildViews(st, nil)
+	unit := unitOf(st)
+	answers, errs := make([]*Why, len(pods)), make([]error, len(pods))
+	for i, p := range pods {
+		answers[i], errs[i] = explainOn(views, skipped, unit, p, policy)
+	}
+	return answers, errs
+}
+
+// explainOn is ExplainWhy on views already built without pod.
+func explainOn(views []view, skipped []Skip, unit string, pod *corev1.Pod, policy allocator.Policy) (*Why, error) {
 	r, info, err := request(pod)
 	if err != nil {
 		return nil, err
 	}
-	w := &Why{Unit: unitOf(st), Policy: policy.String(), Pod: info, Status: "pending", Scheduler: condition(pod)}
-	views, skipped := buildViews(st, pod)
+	w := &Why{Unit: unit, Policy: policy.String(), Pod: info, Status: "pending", Scheduler: condition(pod)}
 	w.Skipped = skipped
 	// A bound pod's own nodeName must not fail the other nodes' predicates.
 	unbound := pod.DeepCopy()

@@ -89,17 +89,18 @@ func pendingPods(objs collect.Objects, unit string, policy allocator.Policy) []P
 	}
 	slices.SortStableFunc(waiting, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time) })
 	st := explain.State{Nodes: objs.Nodes, Pods: objs.Pods}
+	answers, errs := explain.ExplainPending(st, waiting[:min(len(waiting), MaxExplained)], policy)
 	out := make([]Pending, 0, len(waiting))
 	for i, p := range waiting {
 		pend := Pending{Namespace: p.Namespace, Name: p.Name}
-		if i < MaxExplained {
-			w, err := explain.ExplainWhy(st, p, policy)
-			if err != nil {
-				pend.Error = err.Error()
-			} else {
-				pend.Request = explain.DescribeRequest(w.Pod, unit)
-				pend.Reason, pend.Help, pend.Fitting = w.Summary, w.Help, w.Fitting
-			}
+		switch {
+		case i >= len(answers):
+		case errs[i] != nil:
+			pend.Error = errs[i].Error()
+		default:
+			w := answers[i]
+			pend.Request = explain.DescribeRequest(w.Pod, unit)
+			pend.Reason, pend.Help, pend.Fitting = w.Summary, w.Help, w.Fitting
 		}
 		out = append(out, pend)
 	}

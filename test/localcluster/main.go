@@ -177,6 +177,7 @@ In another shell:
   export PATH=%s:$PATH     # kubectl inspect gpushare
   kubectl get deployments,pods -o wide -A
   kubectl inspect gpushare -d
+  kubectl inspect gpushare ui      # the live map in your browser (127.0.0.1 only)
   kubectl scale deployment gpushare-sample --replicas=10
   kubectl -n %s scale deployment gpushare-sample --replicas=10
 
