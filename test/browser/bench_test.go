@@ -61,7 +61,7 @@ type fixed struct {
 	changed chan struct{}
 }
 
-func (f *fixed) Objects() collect.Objects  { return f.objs }
+func (f *fixed) Objects() collect.Objects { return f.objs }
 func (f *fixed) Changed() <-chan struct{} { return f.changed }
 
 // BenchmarkPageRender is the live map in headless Chromium at 1,000 nodes of

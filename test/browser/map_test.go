@@ -270,4 +270,3 @@ func freeAddress(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
-
