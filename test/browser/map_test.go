@@ -101,7 +101,7 @@ func TestMapInBrowser(t *testing.T) {
 	}
 	t.Logf("first draw: generation %d in %.1f ms", first.Generation, first.Ms)
 	if *screenshot != "" {
-		png, err := chromedp.Run(page.Ctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(page.Ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -96,7 +96,7 @@ function drawGPU(node, g, pods, mib, q) {
   let figs = g.allocated + "/" + g.total;
   if (g.usedMiB !== undefined) figs += " · " + fmt(g.usedMiB / mib) + " used";
   row.appendChild(el("span", "gpu-figs", figs));
-  if (g.isolation) row.appendChild(el("span", "tier", g.isolation));
+  row.appendChild(el("span", "tier", g.isolation || ""));
   return row;
 }
 
@@ -139,6 +139,7 @@ function drawNode(node, skipped, mib, q) {
     bar.title = m.reason;
     row.appendChild(bar);
     row.appendChild(el("span", "gpu-figs", "skipped"));
+    row.appendChild(el("span", "tier", "MIG"));
     s.appendChild(row);
   }
   const unplaced = pods.filter((p) => p.pending);
