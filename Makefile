@@ -69,7 +69,7 @@ demo: ## Build the programs, start a local cluster with hollow GPU nodes, our ex
 	$(GO) build -o $(DEMO_BIN) ./test/localcluster
 	$(DEMO_BIN)
 
-bench: ## Benchmarks into BENCH_RAW (benchstat-compatible): every package BENCH_COUNT times (5), the test-bed scheduling throughput and saturating burst BENCH_E2E_COUNT times (3), the extender's RSS at 5,000 nodes and 50,000 pods once; their medians into docs/benchmarks/results.json and docs/benchmarks.md; then the packing results and plots
+bench: ## Benchmarks into BENCH_RAW (benchstat-compatible): every package BENCH_COUNT times (5), the test-bed scheduling throughput and saturating burst BENCH_E2E_COUNT times (3), the extender's RSS at 5,000 nodes and 50,000 pods once, the live map's render in headless Chromium BENCH_E2E_COUNT times; their medians into docs/benchmarks/results.json and docs/benchmarks.md; then the packing results and plots
 	$(BENCHREPORT) run -o $(BENCH_RAW)/go.txt -- \
 		$(GO) test -p=1 -run='^$$' -bench=. -benchmem -count=$(BENCH_COUNT) -benchtime=$(BENCHTIME) -timeout=$(BENCH_TIMEOUT) ./...
 	bash test/bed/build.sh
@@ -77,7 +77,9 @@ bench: ## Benchmarks into BENCH_RAW (benchstat-compatible): every package BENCH_
 		$(GO) test -tags=e2e -run='^$$' -bench='SchedulingThroughput|SaturatingBurst' -benchmem -benchtime=1x -count=$(BENCH_E2E_COUNT) -timeout=$(BENCH_TIMEOUT) ./test/e2e
 	$(BENCHREPORT) run -o $(BENCH_RAW)/memory.txt -- \
 		$(GO) test -tags=e2e -run='^$$' -bench=ExtenderMemory -benchtime=1x -count=1 -timeout=$(BENCH_TIMEOUT) ./test/e2e
-	$(BENCHREPORT) report -json docs/benchmarks/results.json -md docs/benchmarks.md $(BENCH_RAW)/go.txt $(BENCH_RAW)/e2e.txt $(BENCH_RAW)/memory.txt
+	$(BENCHREPORT) run -o $(BENCH_RAW)/browser.txt -- \
+		env GOWORK=off $(GO) -C test/browser test -run='^$$' -bench=PageRender -benchtime=5x -count=$(BENCH_E2E_COUNT) ./...
+	$(BENCHREPORT) report -json docs/benchmarks/results.json -md docs/benchmarks.md $(BENCH_RAW)/go.txt $(BENCH_RAW)/e2e.txt $(BENCH_RAW)/memory.txt $(BENCH_RAW)/browser.txt
 	GOWORK=off $(GO) -C test/packing/cmd/packbench run . -out docs/benchmarks/packing.json -plots docs/img -md docs/benchmarks.md
 
 lint: ## go vet on the modules' own code (built as -race, so make test reuses its compiles of every dependency)
