@@ -147,6 +147,20 @@ func TestUsage(t *testing.T) {
 	if fmt.Sprint(used) != fmt.Sprint(wantUsed) || n.Usage.OverSlice != 1 || n.Usage.UsedMiB != 60*1024 {
 		t.Errorf("inspector: used %v, %d over, %d MiB in use; want %v, 1, %d", used, n.Usage.OverSlice, n.Usage.UsedMiB, wantUsed, 60*1024)
 	}
+	// A steady node writes nothing: over five more readings the summary stays as it was.
+	node, err := b.client.CoreV1().Nodes().Get(ctx, "use-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	summary := node.Annotations[gpushare.AnnotationNodeUsage]
+	reads := readsOK(t, reg)
+	pollUntil(t, waitLong, "five more readings", func() bool { return readsOK(t, reg) >= reads+5 })
+	if node, err = b.client.CoreV1().Nodes().Get(ctx, "use-node", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if node.Annotations[gpushare.AnnotationNodeUsage] != summary {
+		t.Errorf("the summary was rewritten while nothing moved:\n%s\nthen\n%s", summary, node.Annotations[gpushare.AnnotationNodeUsage])
+	}
 	code, out, _ := inspect(ctx, "--kubeconfig", b.c.AdminKubeconfig(), "-d")
 	if code != 0 || !strings.Contains(out, "6.0 (over)") || !strings.Contains(out, "1 container over its slice") {
 		t.Errorf("inspect -d exit %d:\n%s\nwant c1's USED marked over", code, out)
@@ -219,5 +233,28 @@ func gaugeValue(t *testing.T, reg prometheus.Gatherer, name, namespace, pod, con
 		}
 	}
 	t.Fatalf("no series %s%v", name, want)
+	return 0
+}
+
+// readsOK is the loop's count of successful readings.
+func readsOK(t *testing.T, reg prometheus.Gatherer) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "gpushare_usage_reads_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == "ok" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal("no gpushare_usage_reads_total{outcome=\"ok\"}")
 	return 0
 }
