@@ -57,14 +57,9 @@ func startUsage(ctx context.Context, o options, logger *zap.Logger, client kuber
 	log := logger.Named("usage")
 	pods := podsource.New(client, o.node, log)
 	events, stopEvents := manager.StartEventRecorder(ctx, client)
-	var publish func(context.Context, string) error
-	if o.dra.mode != modeDRA {
-		// The DRA driver's RBAC has no right on its Node: its summary is not published.
-		publish = usage.NodePublisher(client, o.node, "gpushare-device-plugin")
-	}
 	loop, err := usage.New(usage.Config{
 		GPUs: lib, Pods: pods.Pods, ProcRoot: o.usage.procRoot, Unit: o.unit, Interval: o.usage.interval, Grace: o.usage.grace,
-		Metrics: metrics, Events: events, Publish: publish, Logger: log,
+		Metrics: metrics, Events: events, Publish: usage.NodePublisher(client, o.node, fieldManager(o)), Logger: log,
 	})
 	if err != nil {
 		stopEvents()
@@ -86,4 +81,12 @@ func startUsage(ctx context.Context, o options, logger *zap.Logger, client kuber
 	log.Info("reading the GPUs' use", zap.Duration("interval", o.usage.interval), zap.Duration("overUseGrace", o.usage.grace),
 		zap.String("procRoot", o.usage.procRoot))
 	return func() { <-done }, nil
+}
+
+// fieldManager names the program's writes by its mode, as its other writes are named.
+func fieldManager(o options) string {
+	if o.dra.mode == modeDRA {
+		return "gpushare-dra-driver"
+	}
+	return "gpushare-device-plugin"
 }

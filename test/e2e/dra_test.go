@@ -144,11 +144,17 @@ const (
 // policy and its binding.
 func applyDRAObjects(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
+	applyDRAObjectsOf(t, c, "dra")
+}
+
+// applyDRAObjectsOf is applyDRAObjects for the kustomization in manifests/<overlay>.
+func applyDRAObjectsOf(t testing.TB, c *cluster.Cluster, overlay string) {
+	t.Helper()
 	dir, err := manifests.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := manifests.Load(filepath.Join(dir, "dra"))
+	objs, err := manifests.Load(filepath.Join(dir, overlay))
 	if err != nil {
 		t.Fatal(err)
 	}

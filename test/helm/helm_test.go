@@ -186,6 +186,7 @@ var overlays = []struct {
 	{"scheduler-plugin", map[string]any{"scheduler": map[string]any{"mode": "schedulerPlugin"}}, []string{".", "scheduler-plugin"}},
 	{"dra", map[string]any{"dra": map[string]any{"enabled": true}}, []string{".", "dra"}},
 	{"usage", map[string]any{"devicePlugin": map[string]any{"usage": map[string]any{"enabled": true}}}, []string{"usage"}},
+	{"dra-usage", map[string]any{"dra": map[string]any{"enabled": true, "usage": map[string]any{"enabled": true}}}, []string{".", "dra/usage"}},
 }
 
 // TestTemplateMatchesKustomize: the chart with default values renders exactly manifests/base, and
