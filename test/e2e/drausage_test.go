@@ -60,7 +60,7 @@ func TestDRAUsage(t *testing.T) {
 	events, stop := manager.StartEventRecorder(ctx, driver)
 	t.Cleanup(stop)
 	loop, err := usage.New(usage.Config{GPUs: sim, Pods: pods.Pods, Unit: gpushare.GiB, Interval: time.Second, Grace: time.Second,
-		Owner: func(pid uint32) (cgroup.Owner, bool, error) { return owner, pid == 4242, nil },
+		Owner:  func(pid uint32) (cgroup.Owner, bool, error) { return owner, pid == 4242, nil },
 		Events: events, Publish: usage.NodePublisher(driver, "dra-u", "gpushare-dra-driver"), Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
