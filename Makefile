@@ -20,12 +20,15 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # make check builds the test bed in the background beside the unit tests; its output goes here and
 # is printed when the build fails.
 BED_LOG ?= bin/bed-build.log
+# make check fuzzes beside the end-to-end tests (their clusters leave most of the CPU idle); the
+# fuzzing's output goes here, printed when it fails.
+FUZZ_LOG ?= bin/fuzz.log
 # make demo runs the built program itself, not `go run`: go run dies on SIGTERM and would leave the
 # demo running without a parent, and make then forwards SIGTERM straight to the demo.
 DEMO_BIN ?= bin/localcluster
 
 .DEFAULT_GOAL := help
-.PHONY: help build test fuzz e2e check demo bench lint fmt verify clean
+.PHONY: help build test unit fuzz e2e check demo bench lint fmt verify clean
 
 help: ## List the targets (default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,13 +37,14 @@ build: ## Compile every package and the programs into bin/
 	$(GO) build ./...
 	@if [ -n "$$(ls cmd 2>/dev/null)" ]; then mkdir -p bin && $(GO) build -o bin/ ./cmd/...; fi
 
-test: ## Unit and component tests with the race detector, then every fuzz target briefly
+test: unit fuzz ## Unit and component tests with the race detector, then every fuzz target briefly
+
+unit: ## Unit and component tests with the race detector, every module
 	$(GO) test -race -count=1 ./...
 	cd cmd/gpushare-scheduler && GOWORK=off $(GO) test -race -count=1 ./gpushareplugin/
 	cd test/dashboard && GOWORK=off $(GO) test -race -count=1 ./...
 	cd test/packing/cmd/packbench && GOWORK=off $(GO) test -race -count=1 ./...
 	cd test/helm && GOWORK=off $(GO) test -race -count=1 ./...
-	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
 
 fuzz: ## Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m)
 	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
@@ -50,19 +54,24 @@ e2e: ## End-to-end tests on a real local cluster (builds the test bed first, cac
 	$(GO) test -race -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -parallel $(E2E_PARALLEL) ./test/...
 	cd test/browser && GOWORK=off $(GO) test -race -count=1 -tags e2e -timeout 10m ./...
 
-check: ## All tests: what CI runs (the test bed builds in the background beside the unit tests; log in BED_LOG)
+check: ## All tests: what CI runs (the test bed builds in the background beside the unit tests, log in BED_LOG; fuzzing runs beside the end-to-end tests, log in FUZZ_LOG)
 	@mkdir -p $(dir $(BED_LOG))
 	@echo "building the test bed in the background (log: $(BED_LOG)) while the unit tests run"
 	@setsid bash test/bed/build.sh >$(BED_LOG) 2>&1 & bed=$$!; \
 	trap 'kill -- -$$bed 2>/dev/null || kill $$bed 2>/dev/null' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	start=$$(date +%s); \
-	if ! $(MAKE) --no-print-directory test; then \
+	if ! $(MAKE) --no-print-directory unit; then \
 		echo "check: the unit tests failed after $$(( $$(date +%s) - start ))s; the test bed build is stopped"; exit 1; \
 	fi; \
 	echo "check: unit tests passed in $$(( $$(date +%s) - start ))s; waiting for the test bed build"; \
 	if ! wait $$bed; then echo "check: the test bed build failed; its log ($(BED_LOG)):"; cat $(BED_LOG); exit 1; fi; \
-	echo "check: test bed ready after $$(( $$(date +%s) - start ))s:"; grep -v 'still building' $(BED_LOG) | sed 's/^/  /'
-	$(MAKE) --no-print-directory e2e
+	echo "check: test bed ready after $$(( $$(date +%s) - start ))s:"; grep -v 'still building' $(BED_LOG) | sed 's/^/  /'; \
+	echo "check: fuzzing in the background (log: $(FUZZ_LOG)) beside the end-to-end tests, which mostly wait"; \
+	FUZZTIME=$(FUZZTIME) FUZZ_WORKERS=1 bash test/fuzz.sh >$(FUZZ_LOG) 2>&1 & fuzz=$$!; \
+	trap 'kill $$fuzz 2>/dev/null' EXIT; \
+	$(MAKE) --no-print-directory e2e || exit 1; \
+	if ! wait $$fuzz; then echo "check: fuzzing failed; its log ($(FUZZ_LOG)):"; cat $(FUZZ_LOG); exit 1; fi; \
+	tail -n 1 $(FUZZ_LOG); echo "check: all passed after $$(( $$(date +%s) - start ))s"
 
 demo: ## Build the programs, start a local cluster with hollow GPU nodes, our extender and plugins, run the samples, print kubectl inspect gpushare (Ctrl-C stops)
 	@mkdir -p $(dir $(DEMO_BIN))

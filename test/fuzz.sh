@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the main module for $FUZZTIME (default 3s) each. The committed seed
+# Runs every fuzz target of the main module for $FUZZTIME (default 3s) each, with $FUZZ_WORKERS
+# workers (default: one per CPU; make check uses 1 beside the end-to-end tests). The committed seed
 # corpora under testdata/fuzz also run as plain tests in `go test ./...`.
 #
 # A finding always writes its input under testdata/fuzz and fails. The engine alone can also fail
@@ -11,8 +12,12 @@ fuzztime=${FUZZTIME:-3s}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+workers=${FUZZ_WORKERS:-0} # 0: the engine's default, one per CPU
+
 fuzz_once() { # pkg name
-  go test -run='^$' -fuzz="^$2\$" -fuzztime="$fuzztime" "$1" >"$log" 2>&1
+  local parallel=()
+  [ "$workers" != 0 ] && parallel=(-parallel "$workers")
+  go test -run='^$' -fuzz="^$2\$" -fuzztime="$fuzztime" "${parallel[@]}" "$1" >"$log" 2>&1
 }
 
 engine_flake() {
