@@ -82,6 +82,17 @@ func TestMapInBrowser(t *testing.T) {
 		t.Logf("created pod on the page after %v", time.Since(created).Round(time.Millisecond))
 	}
 
+	// And a pod deleted now leaves the page within 2 s.
+	deleted := time.Now()
+	if err := c.Client().CoreV1().Pods("team-b").Delete(ctx, "added", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Poll(page.Ctx, 2*time.Second, `document.querySelector('[data-pod="team-b/added"]') === null`); err != nil {
+		t.Errorf("the deleted pod was still on the page after 2 s: %v", err)
+	} else {
+		t.Logf("deleted pod off the page after %v", time.Since(deleted).Round(time.Millisecond))
+	}
+
 	// A pod no GPU can hold waits, with why's reason beside it.
 	pending := podOf("team-a", "too-big", 200)
 	if _, err := c.Client().CoreV1().Pods("team-a").Create(ctx, pending, metav1.CreateOptions{}); err != nil {
