@@ -23,6 +23,9 @@ import (
 
 // Defaults of the loop's periods.
 const (
+	// DefaultInterval is the time between readings when Config sets none
+	// (the shipped overlays set 10 s too).
+	DefaultInterval = 10 * time.Second
 	// DefaultGrace is how long a container must stay above its slice before
 	// it is reported: long enough that a short spike (a framework's warm-up
 	// allocation freed at once) is not an offence.
@@ -95,19 +98,17 @@ func New(cfg Config) (*Loop, error) {
 		root := cfg.ProcRoot
 		cfg.Owner = func(pid uint32) (cgroup.Owner, bool, error) { return cgroup.Read(root, pid) }
 	}
-	cfg.Grace = or(cfg.Grace, DefaultGrace)
-	cfg.Repeat = or(cfg.Repeat, DefaultRepeat)
-	cfg.PublishEvery = or(cfg.PublishEvery, DefaultPublishEvery)
-	if cfg.Interval <= 0 {
-		cfg.Interval = 10 * time.Second
-	}
+	cfg.Grace = orDefault(cfg.Grace, DefaultGrace)
+	cfg.Repeat = orDefault(cfg.Repeat, DefaultRepeat)
+	cfg.PublishEvery = orDefault(cfg.PublishEvery, DefaultPublishEvery)
+	cfg.Interval = orDefault(cfg.Interval, DefaultInterval)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
 	return &Loop{cfg: cfg, over: NewOverUse(cfg.Grace, cfg.Repeat), log: cfg.Logger}, nil
 }
 
-func or(d, def time.Duration) time.Duration {
+func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
 	}
@@ -143,7 +144,7 @@ func (l *Loop) Step(ctx context.Context, now time.Time) {
 	for _, o := range objects {
 		p, err := PodOf(o, l.cfg.Unit.MiB()<<20)
 		if err != nil {
-			l.log.Info("pod's slices unknown; its use counts without them", zap.Error(err))
+			l.log.Debug("pod's slices unknown; its use counts without them", zap.Error(err))
 		}
 		pods = append(pods, p)
 		byName[[2]string{o.Namespace, o.Name}] = o
