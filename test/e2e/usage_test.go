@@ -85,7 +85,10 @@ func TestUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	const interval, grace = time.Second, 4 * time.Second
-	loop, err := usage.New(usage.Config{GPUs: sim, Pods: pods.Pods, Unit: gpushare.GiB, Interval: interval, Grace: grace,
+	// PublishEvery 1 s: a pod's record can reach the loop's watch a reading after its processes
+	// (the plugin writes it at Allocate, the watch delivers it later); the summary then shows the
+	// container without a slice until the next write, 30 s later by default.
+	loop, err := usage.New(usage.Config{GPUs: sim, Pods: pods.Pods, Unit: gpushare.GiB, Interval: interval, Grace: grace, PublishEvery: time.Second,
 		Owner: func(pid uint32) (cgroup.Owner, bool, error) {
 			o, ok := owners[pid]
 			return o, ok, nil
@@ -129,22 +132,26 @@ func TestUsage(t *testing.T) {
 	}
 
 	// The node's summary, through the inspector: USED for each container, c1 alone over.
-	var report collect.Report
-	pollUntil(t, waitLong, "the inspector shows use on use-node", func() bool {
-		code, out, _ := inspect(ctx, "--kubeconfig", b.c.AdminKubeconfig(), "-o", "json")
-		return code == 0 && json.Unmarshal([]byte(out), &report) == nil && len(report.Nodes) == 1 && report.Nodes[0].Usage != nil
-	})
-	n := report.Nodes[0]
+	var n collect.Node
 	used := map[string]string{}
-	for _, p := range n.Pods {
-		for _, c := range p.Containers {
-			if c.UsedMiB != nil {
-				used[p.Name+"/"+c.Name] = fmt.Sprintf("%d over=%v", *c.UsedMiB, c.OverSlice)
+	wantUsed := map[string]string{"use-a/c0": "3072 over=false", "use-a/c1": "6144 over=true", "use-big/c0": "51200 over=false"}
+	pollUntil(t, waitLong, "the inspector shows each container's use on use-node", func() bool {
+		var report collect.Report
+		code, out, _ := inspect(ctx, "--kubeconfig", b.c.AdminKubeconfig(), "-o", "json")
+		if code != 0 || json.Unmarshal([]byte(out), &report) != nil || len(report.Nodes) != 1 || report.Nodes[0].Usage == nil {
+			return false
+		}
+		n, used = report.Nodes[0], map[string]string{}
+		for _, p := range n.Pods {
+			for _, c := range p.Containers {
+				if c.UsedMiB != nil {
+					used[p.Name+"/"+c.Name] = fmt.Sprintf("%d over=%v", *c.UsedMiB, c.OverSlice)
+				}
 			}
 		}
-	}
-	wantUsed := map[string]string{"use-a/c0": "3072 over=false", "use-a/c1": "6144 over=true", "use-big/c0": "51200 over=false"}
-	if fmt.Sprint(used) != fmt.Sprint(wantUsed) || n.Usage.OverSlice != 1 || n.Usage.UsedMiB != 60*1024 {
+		return fmt.Sprint(used) == fmt.Sprint(wantUsed)
+	})
+	if n.Usage.OverSlice != 1 || n.Usage.UsedMiB != 60*1024 {
 		t.Errorf("inspector: used %v, %d over, %d MiB in use; want %v, 1, %d", used, n.Usage.OverSlice, n.Usage.UsedMiB, wantUsed, 60*1024)
 	}
 	// A steady node writes nothing: over five more readings the summary stays as it was.
