@@ -29,7 +29,11 @@ func runScript(t *testing.T, env []string, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{"test/gpu/run.sh"}, args...)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), env...)
+	// The script builds its checks with go build. -race makes those builds reuse the compiles of
+	// every dependency that make verify (vet -race) and the race-detector tests already did: on a
+	// cold CI machine a plain build compiled the DRA driver's dependencies again and ran past the
+	// step's timeout (TestDryRun failed there once, "FAIL: go build ./test/gpu/dracheck").
+	cmd.Env = append(append(os.Environ(), "GOFLAGS=-race"), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
