@@ -137,6 +137,18 @@ func checkBoundRecord(t *testing.T, c *cluster.Cluster) {
 		Target: corev1.ObjectReference{Kind: "Node", Name: "gpu-node"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the Binding, which carries the record, must pass: %v", err)
 	}
+	// Policies reach admission through informers, each on its own: the wait above was for the env
+	// policy, so wait for this one too (it once admitted three edits 0.04 s after the bind).
+	if err := cluster.Poll(ctx, waitLong, "the bound-record policy in force", func(ctx context.Context) (bool, error) {
+		_, err := pods.Patch(ctx, "pending", types.MergePatchType, []byte(`{"metadata":{"annotations":{"gpushare.io/compute-percent":"100"}}}`),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			err = errors.New("an edit of the bound pod's compute share was admitted")
+		}
+		return refusedBy(err, boundRecordPolicy), err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for key, body := range map[string]string{
 		gpushare.AnnotationComputePercent: `{"metadata":{"annotations":{"gpushare.io/compute-percent":"100"}}}`,
 		gpushare.AnnotationAssumeTime:     `{"metadata":{"annotations":{"ALIYUN_COM_GPU_MEM_ASSUME_TIME":"0"}}}`,
