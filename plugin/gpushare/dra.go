@@ -88,3 +88,10 @@ const (
 	LabelManagedBy   = "app.kubernetes.io/managed-by"
 	ManagedByWebhook = "gpushare-webhook"
 )
+
+// DRAIsolationSelector is the CEL selector a claim request carries to ask
+// for GPUs of one isolation tier (the webhook writes it; gpushare-scheduler's
+// DRA score reads it back).
+func DRAIsolationSelector(tier Isolation) string {
+	return `device.attributes["` + DRADriverName + `"].` + DRAAttributeIsolation + ` == "` + string(tier) + `"`
+}

@@ -104,6 +104,11 @@ func (u NodeUsage) Validate() error {
 	if u.At.IsZero() {
 		return &NodeUsageError{Field: "at", Reason: "missing"}
 	}
+	// In UTC, as it is written: "0000-01-01T00:00:00+01:00" parses, but is
+	// year -1 there, which RFC 3339 cannot write.
+	if y := u.At.UTC().Year(); y < 1 || y > 9999 {
+		return &NodeUsageError{Field: "at", Reason: "year " + strconv.Itoa(y) + " in UTC is outside 1-9999"}
+	}
 	if u.IntervalSeconds <= 0 {
 		return &NodeUsageError{Field: "intervalSeconds", Reason: strconv.Itoa(u.IntervalSeconds) + " is not positive"}
 	}
