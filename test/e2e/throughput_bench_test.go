@@ -52,7 +52,9 @@ var throughputProfile = flag.String("throughput-profile", "", "folder for kube-s
 // by kube-controller-manager, which runs for these rounds only): pods naming the webhook's
 // template themselves (dra), gpu-mem pods translated by gpushare-webhook (dra-webhook), and the
 // first again with kube-controller-manager at the scheduler's client limits (dra-kcm-qps: at its
-// default 20 queries per second its ResourceClaim controller, two writes per pod, is the limit);
+// default 20 queries per second its ResourceClaim controller, two writes per pod, is the limit),
+// and that once more with gpushare-scheduler, whose DRA score rates the nodes for each claim
+// (dra-scored);
 // ratio-plugin is to the mean of the two rounds alone around it, ratio (the extender),
 // ratio-mostallocated and the DRA ratios to the second. The extender is our shipped binary, a process of its own,
 // and runs only for the rounds that use it: alone, the cluster does not carry its watch. Each round
@@ -153,10 +155,11 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 				rates["extender-ratio"] = append(rates["extender-ratio"], rates["extender"][i]/after)
 				rates["mostallocated-ratio"] = append(rates["mostallocated-ratio"], rates["mostallocated"][i]/after)
 				ext.stop()
-				dra.rounds(b, alone, i, record)
+				dra.rounds(b, alone, withPlugin, i, record)
 				rates["dra-ratio"] = append(rates["dra-ratio"], rates["dra"][i]/after)
 				rates["dra-webhook-ratio"] = append(rates["dra-webhook-ratio"], rates["dra-webhook"][i]/after)
 				rates["dra-kcm-qps-ratio"] = append(rates["dra-kcm-qps-ratio"], rates["dra-kcm-qps"][i]/after)
+				rates["dra-scored-ratio"] = append(rates["dra-scored-ratio"], rates["dra-scored"][i]/after)
 			}
 			b.ReportMetric(median(rates["alone"]), "pods/s-scheduler")
 			b.ReportMetric(median(rates["extender"]), "pods/s-extender")
@@ -171,6 +174,8 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 			b.ReportMetric(median(rates["dra-webhook-ratio"]), "ratio-dra-webhook")
 			b.ReportMetric(median(rates["dra-kcm-qps"]), "pods/s-dra-kcm-qps")
 			b.ReportMetric(median(rates["dra-kcm-qps-ratio"]), "ratio-dra-kcm-qps")
+			b.ReportMetric(median(rates["dra-scored"]), "pods/s-dra-scored")
+			b.ReportMetric(median(rates["dra-scored-ratio"]), "ratio-dra-scored")
 			for metric, ms := range cpu {
 				b.ReportMetric(median(ms), metric)
 			}

@@ -105,7 +105,7 @@ func webhookPodOf(name string) *corev1.Pod {
 // a round of claim-template pods with the controller manager at the scheduler's own limits
 // (dra-kcm-qps), which shows what the default limits cost. Each round's rate and CPU per pod are
 // recorded as round does.
-func (d *draThroughput) rounds(b *testing.B, cfg cluster.SchedulerConfig, i int, record func(config string, rate float64, perPod map[string]float64)) {
+func (d *draThroughput) rounds(b *testing.B, cfg, scored cluster.SchedulerConfig, i int, record func(config string, rate float64, perPod map[string]float64)) {
 	d.startControllerManager(b)
 	rate, perPod := burstRateOf(b, d.c, cfg, fmt.Sprintf("dra-%d", i), d.claimPodOf)
 	record("dra", rate, perPod)
@@ -125,6 +125,10 @@ func (d *draThroughput) rounds(b *testing.B, cfg cluster.SchedulerConfig, i int,
 	d.startControllerManager(b, fmt.Sprintf("--kube-api-qps=%g", cfg.ClientQPS), fmt.Sprintf("--kube-api-burst=%d", cfg.ClientBurst))
 	rate, perPod = burstRateOf(b, d.c, cfg, fmt.Sprintf("dra-kcm-%d", i), d.claimPodOf)
 	record("dra-kcm-qps", rate, perPod)
+	d.waitClaimsGone(b, "default")
+	// The same with gpushare-scheduler, whose DRA score rates every node for each claim.
+	rate, perPod = burstRateOf(b, d.c, scored, fmt.Sprintf("dra-scored-%d", i), d.claimPodOf)
+	record("dra-scored", rate, perPod)
 	d.waitClaimsGone(b, "default")
 	b.StopTimer()
 	d.c.StopControllerManager()

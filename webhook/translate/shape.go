@@ -206,8 +206,7 @@ func (s Shape) request(name string, mib uint64) resourceapi.DeviceRequest {
 			gpushare.DRACapacityMemory: *resource.NewQuantity(int64(mib)<<20, resource.BinarySI)}},
 	}
 	if _, ok := tierTokens[s.Isolation]; ok {
-		r.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf(`device.attributes[%q].%s == %q`, gpushare.DRADriverName, gpushare.DRAAttributeIsolation, s.Isolation)}}}
+		r.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: gpushare.DRAIsolationSelector(s.Isolation)}}}
 	}
 	return resourceapi.DeviceRequest{Name: name, Exactly: r}
 }

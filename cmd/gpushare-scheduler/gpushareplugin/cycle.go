@@ -296,11 +296,17 @@ func (p *Plugin) place(s *state, node fwk.NodeInfo) (unfit *allocator.Unfit, kno
 	return nil, true
 }
 
-// PreScore skips scoring for pods PreFilter skipped.
-func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if stateOf(cs) == nil {
+// PreScore skips scoring for pods PreFilter skipped, unless their DRA
+// claims ask the gpushare driver for memory: those are scored by drascore.
+func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	if stateOf(cs) != nil {
+		return nil
+	}
+	scores, ok := p.scoreDRA(pod, nodes)
+	if !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
+	cs.Write(draStateKey, scores)
 	return nil
 }
 
@@ -308,10 +314,13 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _
 // score of the placement Filter found on the node, kept by place.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node fwk.NodeInfo) (int64, *fwk.Status) {
 	s := stateOf(cs)
+	name := node.Node().Name
 	if s == nil {
+		if d, err := cs.Read(draStateKey); err == nil {
+			return d.(draScores)[name], nil
+		}
 		return 0, nil
 	}
-	name := node.Node().Name
 	score, ok := s.scores.get(name)
 	if !ok {
 		pub, known := p.cache.Published(name)

@@ -79,6 +79,9 @@ type Plugin struct {
 	// nodeInfo reads a node from the scheduler's snapshot of this cycle.
 	nodeInfo func(name string) (fwk.NodeInfo, error)
 	held     *heldPods
+	// dra reads the scheduler's DRA objects for the DRA score; nil where
+	// the scheduler runs without DRA.
+	dra fwk.SharedDRAManager
 }
 
 var (
@@ -132,7 +135,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		Name: gpushare.BinderSchedulerPlugin})
 	log.Info("GPUShare plugin ready", zap.Stringer("policy", policy))
 	nodeInfo := func(name string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(name) }
-	return &Plugin{cache: c, binder: b, policy: policy, log: log, nodeInfo: nodeInfo, held: held}, nil
+	return &Plugin{cache: c, binder: b, policy: policy, log: log, nodeInfo: nodeInfo, held: held, dra: h.SharedDRAManager()}, nil
 }
 
 // decodeArgs reads the plugin's arguments: none, or the JSON (or YAML

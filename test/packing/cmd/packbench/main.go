@@ -89,7 +89,7 @@ func run(args []string, log io.Writer) error {
 	md := fs.String("md", "", "rewrite the packing section of this markdown file (between its markers)")
 	only := fs.String("only", "", "run only the scenarios whose name contains this")
 	machine := fs.String("machine", "2 cores, 24 GiB", "the machine, as the docs name it")
-	withDRA := fs.Bool("dra", true, "also replay every scenario through kube-scheduler's DRA allocator (runs dra, dra/lowest, and dra/nvlink for multi-GPU workloads)")
+	withDRA := fs.Bool("dra", true, "also replay every scenario through kube-scheduler's DRA allocator (runs dra, dra/lowest, dra/scored, and dra/nvlink and dra/nvlink/scored for multi-GPU workloads)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

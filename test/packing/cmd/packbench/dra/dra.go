@@ -25,6 +25,10 @@
 // is the same distribution without asking every node). "dra/lowest" takes
 // the lowest node index instead, as a deterministic reference. The GPU within
 // the node is the allocator's: the first devices in slice order that fit.
+// "dra/scored" (and "dra/nvlink/scored") adds gpushare-scheduler's DRA
+// score (extender/drascore, bestfit): the node is the highest-scoring one
+// where the allocator succeeds, ties at random, as selectHost picks when
+// every other score is equal (the simulated pods request no CPU or memory).
 //
 // This is a module apart from test/packing because the structured allocator
 // pulls CEL and the API server's libraries, which the project's go.mod does
@@ -32,10 +36,12 @@
 package dra
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,6 +55,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/extender/drascore"
 	"github.com/gpushare/gpushare/plugin/dra/slice"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/test/packing"
@@ -87,17 +94,25 @@ func DeviceClass() *resourceapi.DeviceClass {
 
 // Runs are the DRA runs of scenario s: "dra" (random node among those the
 // allocator fits, kube-scheduler's choice), "dra/lowest" (the lowest such
-// node), and for a workload of multi-GPU pods "dra/nvlink": random nodes,
-// every multi-GPU pod translated as topology "required" (matchAttribute on
-// the NVLink domain). The workloads' pods ask for the default, preferred,
-// which the webhook translates without the constraint.
+// node), "dra/scored" (the node gpushare-scheduler's DRA score ranks
+// first), and for a workload of multi-GPU pods "dra/nvlink" and
+// "dra/nvlink/scored": every multi-GPU pod translated as topology
+// "required" (matchAttribute on the NVLink domain). The workloads' pods ask
+// for the default, preferred, which the webhook translates without the
+// constraint.
 func Runs(s packing.Scenario) []packing.Run {
 	runs := []packing.Run{
 		{Label: "dra", Ties: packing.TieRandom, Placer: New(false)},
 		{Label: "dra/lowest", Ties: packing.TieLowest, Placer: New(false)},
 	}
-	if s.Gen.Mix.MultiGPU() {
+	// Appended after the earlier runs: a run's seed is its position.
+	multi := s.Gen.Mix.MultiGPU()
+	if multi {
 		runs = append(runs, packing.Run{Label: "dra/nvlink", Ties: packing.TieRandom, Placer: New(true)})
+	}
+	runs = append(runs, packing.Run{Label: "dra/scored", Ties: packing.TieRandom, Placer: NewScored(false)})
+	if multi {
+		runs = append(runs, packing.Run{Label: "dra/nvlink/scored", Ties: packing.TieRandom, Placer: NewScored(true)})
 	}
 	return runs
 }
@@ -110,10 +125,23 @@ func New(nvlink bool) packing.NewPlacer {
 	}
 }
 
+// NewScored is New with gpushare-scheduler's DRA score choosing the node.
+func NewScored(nvlink bool) packing.NewPlacer {
+	return func(f packing.Fleet, opt packing.Options) (packing.Placer, error) {
+		p, err := newPlacer(f, opt, nvlink)
+		if err != nil {
+			return nil, err
+		}
+		p.scored = true
+		return p, nil
+	}
+}
+
 // Placer is one run's DRA scheduler: every node's slice and claims.
 type Placer struct {
 	opt     packing.Options
 	nvlink  bool
+	scored  bool // order the nodes by drascore.Score
 	pcg     *rand.PCG
 	rng     *rand.Rand
 	placed  uint64 // placements so far: with the pod's ID, the seed of its order
@@ -125,6 +153,9 @@ type Placer struct {
 	where   map[int]int // pod ID -> node index
 	// Calls counts Allocate calls, Fits those that found room.
 	Calls, Fits int
+	// Predicted counts the scored run's allocations whose devices
+	// drascore.Predict named beforehand, Mispredicted those it did not.
+	Predicted, Mispredicted int
 }
 
 // node is one node's published slice and the claims allocated on it.
@@ -334,12 +365,20 @@ func (pl *Placer) Place(p packing.Pod, snapshots []allocator.Node) (packing.Plac
 		order[i] = i
 	}
 	pl.pcg.Seed(pl.opt.Seed^0x2545f4914f6cdd1d, pl.placed<<32|uint64(uint32(p.ID)))
-	for k := range order {
-		if pl.opt.Ties == packing.TieRandom {
-			j := k + pl.rng.IntN(len(order)-k)
-			order[k], order[j] = order[j], order[k]
+	var predicted [][][]int // per node, drascore's prediction
+	if pl.scored {
+		for k := range order {
+			pl.shuffleAt(order, k)
 		}
-		i := order[k]
+		if predicted, err = pl.rank(order, claim); err != nil {
+			return packing.Placement{}, false, err
+		}
+	}
+	for k, i := range order {
+		if !pl.scored {
+			pl.shuffleAt(order, k) // drawn as the nodes are tried
+			i = order[k]
+		}
 		room := mayFit(&snapshots[i], p.Count(), p.PerGPU())
 		if !room && !pl.opt.Exhaustive {
 			continue
@@ -350,6 +389,9 @@ func (pl *Placer) Place(p packing.Pod, snapshots []allocator.Node) (packing.Plac
 		}
 		if ok && !room {
 			return packing.Placement{}, false, fmt.Errorf("%w: pod %d on node %s", ErrPrefilter, p.ID, pl.nodes[i].obj.Name)
+		}
+		if pl.scored {
+			pl.checkPrediction(i, predicted[i], ok, res)
 		}
 		if !ok {
 			continue
@@ -367,6 +409,84 @@ func (pl *Placer) Place(p packing.Pod, snapshots []allocator.Node) (packing.Plac
 		return packing.Placement{Node: i, Charges: charges}, true, nil
 	}
 	return packing.Placement{}, false, nil
+}
+
+// shuffleAt is step k of a Fisher-Yates shuffle of order, for random ties.
+func (pl *Placer) shuffleAt(order []int, k int) {
+	if pl.opt.Ties == packing.TieRandom {
+		j := k + pl.rng.IntN(len(order)-k)
+		order[k], order[j] = order[j], order[k]
+	}
+}
+
+// rank orders the nodes (already in random order) by drascore.Score under
+// bestfit, highest first, the nodes where it predicts no fit last; ties
+// keep their random order. It returns each node's predicted devices.
+func (pl *Placer) rank(order []int, claim *resourceapi.ResourceClaim) ([][][]int, error) {
+	c, ok := drascore.ClaimOf([]*resourceapi.ResourceClaim{claim})
+	if !ok {
+		return nil, fmt.Errorf("drascore does not read the webhook's claim %s", claim.Name)
+	}
+	score := make([]int64, len(pl.nodes))
+	predicted := make([][][]int, len(pl.nodes))
+	for i, n := range pl.nodes {
+		devs := n.devices()
+		s, fits := drascore.Score(devs, c, allocator.BestFit)
+		if !fits {
+			s = -1
+		}
+		score[i] = s
+		predicted[i], _ = drascore.Predict(devs, c)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(score[b], score[a]) })
+	return predicted, nil
+}
+
+// devices reads the node as drascore sees it.
+func (n *node) devices() []drascore.Device {
+	return drascore.Devices(n.slices, func(pool, device string) int64 {
+		id := structured.MakeDeviceID(gpushare.DRADriverName, pool, device)
+		if n.state.AllocatedDevices.Has(id) {
+			return n.size[device]
+		}
+		q := n.state.AggregatedCapacity[id][gpushare.DRACapacityMemory]
+		if q == nil {
+			return 0
+		}
+		return q.Value()
+	})
+}
+
+// checkPrediction counts whether drascore.Predict named the devices the
+// allocator took on node i (positions in the node's device order).
+func (pl *Placer) checkPrediction(i int, want [][]int, fits bool, res resourceapi.AllocationResult) {
+	var got [][]int
+	if fits {
+		pos := map[string]int{}
+		k := 0
+		for _, s := range pl.nodes[i].slices {
+			for _, d := range s.Spec.Devices {
+				pos[d.Name] = k
+				k++
+			}
+		}
+		byRequest := map[string][]int{}
+		var names []string
+		for _, r := range res.Devices.Results {
+			if _, seen := byRequest[r.Request]; !seen {
+				names = append(names, r.Request)
+			}
+			byRequest[r.Request] = append(byRequest[r.Request], pos[r.Device])
+		}
+		for _, name := range names {
+			got = append(got, byRequest[name])
+		}
+	}
+	if slices.EqualFunc(got, want, slices.Equal) {
+		pl.Predicted++
+	} else {
+		pl.Mispredicted++
+	}
 }
 
 // mayFit reports whether n has count GPUs with per GiB free each: what any

@@ -3,6 +3,7 @@ package dra
 import (
 	"os"
 	"reflect"
+	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -194,6 +195,11 @@ func (c *checked) check(nodes []allocator.Node) {
 
 // churn replays a short generated workload through a checked DRA placer.
 func churn(t *testing.T, f packing.Fleet, m packing.Mix, lives float64, ties packing.Tie, nvlink, exhaustive bool) (packing.ChurnResult, *checked) {
+	return churnWith(t, f, m, lives, ties, nvlink, exhaustive, false)
+}
+
+// churnWith is churn, with scored ordering the nodes by gpushare-scheduler's DRA score.
+func churnWith(t *testing.T, f packing.Fleet, m packing.Mix, lives float64, ties packing.Tie, nvlink, exhaustive, scored bool) (packing.ChurnResult, *checked) {
 	t.Helper()
 	spec := packing.GenSpec{Mix: m, Seed: 11, CapacityGiB: f.CapacityGiB(), Load: 1.2, Horizon: lives * m.Life.Mean}
 	ws, err := packing.Generate(spec)
@@ -203,6 +209,7 @@ func churn(t *testing.T, f packing.Fleet, m packing.Mix, lives float64, ties pac
 	var c *checked
 	mk := func(f packing.Fleet, opt packing.Options) (packing.Placer, error) {
 		pl, err := newPlacer(f, opt, nvlink)
+		pl.scored = scored
 		c = &checked{t: t, pl: pl, nvlink: nvlink}
 		return c, err
 	}
@@ -373,7 +380,7 @@ func TestDeviceClassIsTheManifest(t *testing.T) {
 	}
 }
 
-// TestRuns: dra and dra/lowest everywhere, dra/nvlink for multi-GPU
+// TestRuns: dra, dra/lowest and dra/scored everywhere, dra/nvlink and its scored run for multi-GPU
 // workloads, and a release of a pod never placed is an error.
 func TestRuns(t *testing.T) {
 	for _, s := range packing.Scenarios() {
@@ -381,9 +388,9 @@ func TestRuns(t *testing.T) {
 		for _, r := range Runs(s) {
 			names = append(names, r.Name())
 		}
-		want := []string{"dra", "dra/lowest"}
+		want := []string{"dra", "dra/lowest", "dra/scored"}
 		if s.Gen.Mix.MultiGPU() {
-			want = append(want, "dra/nvlink")
+			want = []string{"dra", "dra/lowest", "dra/nvlink", "dra/scored", "dra/nvlink/scored"}
 		}
 		if !reflect.DeepEqual(names, want) {
 			t.Errorf("%s: runs %v, want %v", s.Name, names, want)
@@ -398,6 +405,70 @@ func TestRuns(t *testing.T) {
 	}
 	if _, _, err := pl.Place(packing.Pod{ID: 1, GiB: 9, Life: 1}, twoByEight.Nodes()); err != nil {
 		t.Errorf("a pod larger than every GPU: %v (want no fit, no error)", err)
+	}
+}
+
+// TestScoredPredictsTheAllocator: under churn on mixed and islands fleets,
+// single and multi-GPU, with and without the required topology, every node
+// the scored run tries gets exactly the devices drascore.Predict named for
+// it (or no fit where it named none): the score rates the allocation the
+// real allocator makes. And it packs: the scored runs open no more GPUs
+// than kube-scheduler's random choice of node.
+func TestScoredPredictsTheAllocator(t *testing.T) {
+	mixed := packing.Fleet{Name: "mixed-small", Types: []packing.NodeType{{Count: 2, GPUs: 4, GiB: 24}, {Count: 1, GPUs: 8, GiB: 48}}}
+	for _, tc := range []struct {
+		f      packing.Fleet
+		m      packing.Mix
+		nvlink bool
+	}{{mixed, packing.UniformMix(), false}, {islands, packing.MultiGPUMix(), false}, {islands, packing.MultiGPUMix(), true}} {
+		res, c := churnWith(t, tc.f, tc.m, 4, packing.TieRandom, tc.nvlink, false, true)
+		if c.pl.Mispredicted != 0 || c.pl.Predicted < res.Placements {
+			t.Errorf("%s nvlink %v: %d allocations predicted, %d not, %d placements", tc.f.Name, tc.nvlink, c.pl.Predicted, c.pl.Mispredicted, res.Placements)
+		}
+		t.Logf("%s nvlink %v: %d of %d tried allocations predicted", tc.f.Name, tc.nvlink, c.pl.Predicted, c.pl.Predicted+c.pl.Mispredicted)
+	}
+}
+
+// TestScoredPacksByHand: on two nodes of one 80 GiB GPU, 8 GiB pods in
+// the scored run all go to the node the first one opened (bestfit), where
+// the unscored run's random node choice spreads them; the tenth pod
+// fills the first node and the eleventh opens the second.
+func TestScoredPacksByHand(t *testing.T) {
+	f := packing.Fleet{Name: "2x1x80GiB", Types: []packing.NodeType{{Count: 2, GPUs: 1, GiB: 80}}}
+	sizes := make([]int, 11)
+	for i := range sizes {
+		sizes[i] = 8
+	}
+	nodesOf := func(scored bool) []int {
+		pl, err := newPlacer(f, packing.Options{Ties: packing.TieRandom, Seed: 5}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl.scored = scored
+		snap := f.Nodes()
+		var out []int
+		for _, p := range pods(one(sizes...)...) {
+			at, ok, err := pl.Place(p, snap)
+			if err != nil || !ok {
+				t.Fatalf("pod %d: %v %v", p.ID, ok, err)
+			}
+			snap[at.Node].GPUs[0].Used += p.GiB
+			out = append(out, at.Node)
+		}
+		return out
+	}
+	got := nodesOf(true)
+	for i, n := range got[:10] {
+		if n != got[0] {
+			t.Fatalf("scored: pod %d on node %d, pod 0 on %d: %v", i, n, got[0], got)
+		}
+	}
+	if got[10] == got[0] {
+		t.Errorf("scored: the eleventh pod on the full node: %v", got)
+	}
+	random := nodesOf(false)
+	if slices.Equal(random[:10], got[:10]) {
+		t.Errorf("the unscored run packed the same (%v): the test cannot tell the score's effect", random)
 	}
 }
 
