@@ -241,11 +241,11 @@ func (e *benchExtender) waitReady(b *testing.B) {
 // running process of the bed spent per pod bound (ms) over the same span. The pods are then
 // removed (grace period 0: no kubelet will confirm) and their removal awaited.
 func burstRate(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, prefix string) (float64, map[string]float64) {
-	return burstRateOf(b, c, cfg, prefix, throughputPod)
+	return burstRateOf(b, c, cfg, prefix, throughputPod, 3*time.Second)
 }
 
 // burstRateOf is burstRate with the round's pods made by mk (each in its own namespace).
-func burstRateOf(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, prefix string, mk func(name string) *corev1.Pod) (float64, map[string]float64) {
+func burstRateOf(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, prefix string, mk func(name string) *corev1.Pod, profile time.Duration) (float64, map[string]float64) {
 	ctx := context.Background()
 	b.StopTimer()
 	if err := c.StartScheduler(ctx, cfg); err != nil {
@@ -263,7 +263,7 @@ func burstRateOf(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	profiled := profileRound(b, c, prefix)
+	profiled := profileRound(b, c, prefix, profile)
 	b.StartTimer()
 	start := time.Now()
 	work := make(chan int)
@@ -314,10 +314,11 @@ func burstRateOf(b *testing.B, c *cluster.Cluster, cfg cluster.SchedulerConfig, 
 	return rate, perPod
 }
 
-// profileRound, with -throughput-profile, reads a CPU profile of kube-scheduler over the round
-// about to start (3 s: a round at 1,000 nodes takes about 2 s) into DIR/prefix.pprof. The channel
-// is closed once it is written, at once without the flag.
-func profileRound(b *testing.B, c *cluster.Cluster, prefix string) <-chan struct{} {
+// profileRound, with -throughput-profile, reads a CPU profile of kube-scheduler over the first
+// window of the round about to start (3 s for a device-plugin round: one at 1,000 nodes takes
+// about 2 s; 6 s for a DRA round, which takes 7 s or more at 100 nodes) into DIR/prefix.pprof. The
+// channel is closed once it is written, at once without the flag.
+func profileRound(b *testing.B, c *cluster.Cluster, prefix string, window time.Duration) <-chan struct{} {
 	done := make(chan struct{})
 	if *throughputProfile == "" {
 		close(done)
@@ -325,7 +326,7 @@ func profileRound(b *testing.B, c *cluster.Cluster, prefix string) <-chan struct
 	}
 	go func() {
 		defer close(done)
-		data, err := c.SchedulerCPUProfile(context.Background(), 3*time.Second)
+		data, err := c.SchedulerCPUProfile(context.Background(), window)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(*throughputProfile, prefix+".pprof"), data, 0o644)
 		}

@@ -107,7 +107,7 @@ func webhookPodOf(name string) *corev1.Pod {
 // recorded as round does.
 func (d *draThroughput) rounds(b *testing.B, cfg, scored cluster.SchedulerConfig, i int, record func(config string, rate float64, perPod map[string]float64)) {
 	d.startControllerManager(b)
-	rate, perPod := burstRateOf(b, d.c, cfg, fmt.Sprintf("dra-%d", i), d.claimPodOf)
+	rate, perPod := burstRateOf(b, d.c, cfg, fmt.Sprintf("dra-%d", i), d.claimPodOf, draProfileWindow)
 	record("dra", rate, perPod)
 	d.waitClaimsGone(b, "default")
 	b.StopTimer()
@@ -116,24 +116,27 @@ func (d *draThroughput) rounds(b *testing.B, cfg, scored cluster.SchedulerConfig
 	}
 	d.web.waitServing(b, d.c)
 	b.StartTimer()
-	rate, perPod = burstRateOf(b, d.c, cfg, fmt.Sprintf("web-%d", i), webhookPodOf)
+	rate, perPod = burstRateOf(b, d.c, cfg, fmt.Sprintf("web-%d", i), webhookPodOf, draProfileWindow)
 	record("dra-webhook", rate, perPod)
 	d.waitClaimsGone(b, throughputDRANamespace)
 	b.StopTimer()
 	d.web.prog.Stop(10 * time.Second)
 	b.StartTimer()
 	d.startControllerManager(b, fmt.Sprintf("--kube-api-qps=%g", cfg.ClientQPS), fmt.Sprintf("--kube-api-burst=%d", cfg.ClientBurst))
-	rate, perPod = burstRateOf(b, d.c, cfg, fmt.Sprintf("dra-kcm-%d", i), d.claimPodOf)
+	rate, perPod = burstRateOf(b, d.c, cfg, fmt.Sprintf("dra-kcm-%d", i), d.claimPodOf, draProfileWindow)
 	record("dra-kcm-qps", rate, perPod)
 	d.waitClaimsGone(b, "default")
 	// The same with gpushare-scheduler, whose DRA score rates every node for each claim.
-	rate, perPod = burstRateOf(b, d.c, scored, fmt.Sprintf("dra-scored-%d", i), d.claimPodOf)
+	rate, perPod = burstRateOf(b, d.c, scored, fmt.Sprintf("dra-scored-%d", i), d.claimPodOf, draProfileWindow)
 	record("dra-scored", rate, perPod)
 	d.waitClaimsGone(b, "default")
 	b.StopTimer()
 	d.c.StopControllerManager()
 	b.StartTimer()
 }
+
+// draProfileWindow is how long a DRA round's scheduler profile runs (-throughput-profile).
+const draProfileWindow = 6 * time.Second
 
 // startControllerManager (re)starts kube-controller-manager with extra flags, off the clock.
 func (d *draThroughput) startControllerManager(b *testing.B, extra ...string) {
