@@ -26,6 +26,8 @@ const MaxScore = 100
 
 // Device is one GPU of a node, in the allocator's order.
 type Device struct {
+	// Pool and Name identify it in its driver's ResourceSlices.
+	Pool, Name string
 	// Capacity and Consumed are its memory and what allocated claims hold
 	// of it, in bytes.
 	Capacity, Consumed int64

@@ -200,7 +200,8 @@ func TestDevicesFromSlices(t *testing.T) {
 		return 0
 	}
 	got := Devices(by["n1"], consumed)
-	want := []Device{{Capacity: 80 * gib, Consumed: 8 * gib, Domain: "d0", Usable: true}, {Capacity: 80 * gib, Domain: "d1"}}
+	want := []Device{{Pool: "n1", Name: "gpu-0", Capacity: 80 * gib, Consumed: 8 * gib, Domain: "d0", Usable: true},
+		{Pool: "n1", Name: "gpu-1", Capacity: 80 * gib, Domain: "d1"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("n1: %+v; want %+v", got, want)
 	}

@@ -46,19 +46,31 @@ type Consumed func(pool, device string) int64
 func Devices(nodeSlices []*resourceapi.ResourceSlice, consumed Consumed) []Device {
 	var out []Device
 	for _, s := range nodeSlices {
-		for _, d := range s.Spec.Devices {
-			mem, ok := d.Capacity[gpushare.DRACapacityMemory]
-			if !ok {
-				continue
-			}
-			out = append(out, Device{
-				Capacity: mem.Value.Value(),
-				Consumed: consumed(s.Spec.Pool.Name, d.Name),
-				Domain:   stringAttribute(d, gpushare.DRAAttributeNVLinkDomain),
-				Tier:     gpushare.Isolation(stringAttribute(d, gpushare.DRAAttributeIsolation)),
-				Usable:   !repels(d.Taints),
-			})
+		for _, d := range SliceDevices(s) {
+			d.Consumed = consumed(d.Pool, d.Name)
+			out = append(out, d)
 		}
+	}
+	return out
+}
+
+// SliceDevices reads one slice's devices, nothing consumed: what a
+// caller may keep while the slice is unchanged.
+func SliceDevices(s *resourceapi.ResourceSlice) []Device {
+	out := make([]Device, 0, len(s.Spec.Devices))
+	for _, d := range s.Spec.Devices {
+		mem, ok := d.Capacity[gpushare.DRACapacityMemory]
+		if !ok {
+			continue
+		}
+		out = append(out, Device{
+			Pool:     s.Spec.Pool.Name,
+			Name:     d.Name,
+			Capacity: mem.Value.Value(),
+			Domain:   stringAttribute(d, gpushare.DRAAttributeNVLinkDomain),
+			Tier:     gpushare.Isolation(stringAttribute(d, gpushare.DRAAttributeIsolation)),
+			Usable:   !repels(d.Taints),
+		})
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package gpushareplugin
 
 import (
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
@@ -45,16 +47,68 @@ func (p *Plugin) scoreDRA(pod *corev1.Pod, nodes []fwk.NodeInfo) (draScores, boo
 	if err != nil {
 		return nil, false
 	}
-	consumed := consumedIn(state)
 	byNode := drascore.ByNode(all)
+	read := p.slices.reader(byNode)
 	out := make(draScores, len(nodes))
 	for _, n := range nodes {
 		name := n.Node().Name
-		if s, fits := drascore.Score(drascore.Devices(byNode[name], consumed), c, p.policy); fits {
+		if s, fits := drascore.Score(read(byNode[name], state), c, p.policy); fits {
 			out[name] = s
 		}
 	}
 	return out, true
+}
+
+// sliceCache keeps each of the driver's ResourceSlices read as devices,
+// with their IDs in kube-scheduler's allocated state: reading every
+// node's slice again for each pod was most of the DRA score's cost
+// (BenchmarkScoreDRA). A changed slice is a new object, so an entry is
+// keyed by the object and never stale; entries of slices no longer listed
+// are dropped at the next read.
+type sliceCache struct {
+	mu sync.Mutex
+	m  map[*resourceapi.ResourceSlice]cachedSlice
+}
+
+type cachedSlice struct {
+	devs []drascore.Device // nothing consumed
+	ids  []structured.DeviceID
+}
+
+// reader refreshes the cache to the slices listed now and returns how to
+// read a node's slices as devices with what the allocated state consumes.
+func (c *sliceCache) reader(byNode map[string][]*resourceapi.ResourceSlice) func([]*resourceapi.ResourceSlice, *structured.AllocatedState) []drascore.Device {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := make(map[*resourceapi.ResourceSlice]cachedSlice, len(c.m))
+	for _, ss := range byNode {
+		for _, s := range ss {
+			e, ok := c.m[s]
+			if !ok {
+				e.devs = drascore.SliceDevices(s)
+				for _, d := range e.devs {
+					e.ids = append(e.ids, structured.MakeDeviceID(gpushare.DRADriverName, d.Pool, d.Name))
+				}
+			}
+			next[s] = e
+		}
+	}
+	c.m = next
+	return func(nodeSlices []*resourceapi.ResourceSlice, state *structured.AllocatedState) []drascore.Device {
+		n := 0
+		for _, s := range nodeSlices {
+			n += len(next[s].devs)
+		}
+		out := make([]drascore.Device, 0, n)
+		for _, s := range nodeSlices {
+			e := next[s]
+			for i, d := range e.devs {
+				d.Consumed = consumedOf(state, e.ids[i])
+				out = append(out, d)
+			}
+		}
+		return out
+	}
 }
 
 // podClaims are the pod's ResourceClaims as the scheduler's tracker holds
@@ -79,18 +133,15 @@ func (p *Plugin) podClaims(pod *corev1.Pod) ([]*resourceapi.ResourceClaim, bool)
 	return out, true
 }
 
-// consumedIn reads the memory allocated claims hold of each of the
-// driver's devices: the consumed capacity of a shared device, the whole of
-// one allocated without sharing (drascore then sees it full).
-func consumedIn(state *structured.AllocatedState) drascore.Consumed {
-	return func(pool, device string) int64 {
-		id := structured.MakeDeviceID(gpushare.DRADriverName, pool, device)
-		if state.AllocatedDevices.Has(id) {
-			return 1 << 62 // more than any GPU holds: Predict never takes it
-		}
-		if q := state.AggregatedCapacity[id][gpushare.DRACapacityMemory]; q != nil {
-			return q.Value()
-		}
-		return 0
+// consumedOf reads the memory allocated claims hold of a device: the
+// consumed capacity of a shared device, the whole of one allocated without
+// sharing (drascore then sees it full).
+func consumedOf(state *structured.AllocatedState, id structured.DeviceID) int64 {
+	if state.AllocatedDevices.Has(id) {
+		return 1 << 62 // more than any GPU holds: Predict never takes it
 	}
+	if q := state.AggregatedCapacity[id][gpushare.DRACapacityMemory]; q != nil {
+		return q.Value()
+	}
+	return 0
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/extender/allocator"
+	"github.com/gpushare/gpushare/plugin/dra/slice"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/webhook/translate"
 )
@@ -117,5 +118,77 @@ func TestScoreDRAClaims(t *testing.T) {
 	}
 	if _, s := scores(&Plugin{policy: allocator.BestFit, log: zap.NewNop()}, pod); s.Code() != fwk.Skip {
 		t.Errorf("without DRA: PreScore %v, want Skip", s)
+	}
+
+	// A slice the driver replaces (a new object: the empty node's GPU now publishes 8 GiB) is read
+	// anew, and the cache keeps only the slices listed.
+	before, _ := scores(p, pod)
+	small := draSlice("empty")
+	small.Spec.Devices[0].Capacity[gpushare.DRACapacityMemory] = resourceapi.DeviceCapacity{Value: resource.MustParse("8Gi")}
+	dra.slices = []*resourceapi.ResourceSlice{dra.slices[0], small}
+	after, _ := scores(p, pod)
+	if after["empty"] != 100 || before["empty"] == 100 {
+		t.Errorf("the replaced slice: score %d before, %d after; want 100 (the 8 GiB claim fills the new 8 GiB GPU)", before["empty"], after["empty"])
+	}
+	if len(p.slices.m) != 2 || p.slices.m[small].devs == nil {
+		t.Errorf("the cache holds %d slices, the new one %v", len(p.slices.m), p.slices.m[small].devs)
+	}
+}
+
+// draBench is nodes DRA nodes of 8 × 80 GiB GPUs as the driver publishes them (plugin/dra/slice),
+// two 4-GPU NVLink domains each, every GPU holding 20 GiB of claims, and a pod of one 8 GiB claim.
+func draBench(b *testing.B, nodes int) (*Plugin, *corev1.Pod, []fwk.NodeInfo) {
+	b.Helper()
+	state := &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	dra := &fakeDRA{claims: map[string]*resourceapi.ResourceClaim{}, state: state}
+	infos := make([]fwk.NodeInfo, nodes)
+	for i := range nodes {
+		name := fmt.Sprintf("node-%05d", i)
+		gpus := make([]slice.GPU, 8)
+		for g := range gpus {
+			gpus[g] = slice.GPU{Index: g, UUID: fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i, g), Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 80 << 10,
+				NUMANode: g / 4, NVLinkDomain: fmt.Sprintf("%s-nv%d", name, g/4), Tier: gpushare.IsolationNone}
+		}
+		devs, err := slice.Devices(gpus, gpushare.GiB)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dra.slices = append(dra.slices, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-slice"}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: gpushare.DRADriverName, NodeName: ptr.To(name), Pool: resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1}, Devices: devs}})
+		for _, d := range devs {
+			state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(structured.MakeDeviceID(gpushare.DRADriverName, name, d.Name),
+				map[resourceapi.QualifiedName]resource.Quantity{gpushare.DRACapacityMemory: resource.MustParse("20Gi")}))
+		}
+		infos[i] = framework.NewNodeInfo()
+		infos[i].SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	tmpl := translate.Shape{MiB: []uint64{8192}, Count: 1}.Template("default")
+	dra.claims["default/p-claim"] = &resourceapi.ResourceClaim{Spec: tmpl.Spec.Spec}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: gpushare.DRAPodClaimName, ResourceClaimTemplateName: ptr.To(tmpl.Name)}}},
+		Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: gpushare.DRAPodClaimName, ResourceClaimName: ptr.To("p-claim")}}}}
+	return &Plugin{policy: allocator.BestFit, log: zap.NewNop(), dra: dra}, pod, infos
+}
+
+// BenchmarkScoreDRA is one DRA pod's PreScore and Score over every node: what the DRA score adds
+// to kube-scheduler's work per pod.
+func BenchmarkScoreDRA(b *testing.B) {
+	for _, nodes := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			p, pod, infos := draBench(b, nodes)
+			ctx := context.Background()
+			for b.Loop() {
+				cs := framework.NewCycleState()
+				if s := p.PreScore(ctx, cs, pod, infos); !s.IsSuccess() {
+					b.Fatal(s)
+				}
+				for _, n := range infos {
+					if _, s := p.Score(ctx, cs, pod, n); !s.IsSuccess() {
+						b.Fatal(s)
+					}
+				}
+			}
+		})
 	}
 }

@@ -81,7 +81,8 @@ type Plugin struct {
 	held     *heldPods
 	// dra reads the scheduler's DRA objects for the DRA score; nil where
 	// the scheduler runs without DRA.
-	dra fwk.SharedDRAManager
+	dra    fwk.SharedDRAManager
+	slices sliceCache
 }
 
 var (
