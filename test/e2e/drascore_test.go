@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/test/cluster"
-	"github.com/gpushare/gpushare/test/localcluster/manifests"
 )
 
 // TestDRAScoredPacking: gpushare-scheduler, configured as manifests/scheduler-plugin ships it,
@@ -24,18 +22,8 @@ import (
 // DRA score as it reaches the extender's.
 func TestDRAScoredPacking(t *testing.T) {
 	t.Parallel()
-	bin, err := cluster.BuildGPUShareScheduler(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := manifests.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	profiles, err := manifests.PluginSchedulerProfiles(dir, corev1.DefaultSchedulerName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, dir := pluginScheduler(t)
+	profiles := cfg.Profiles
 	if !bytes.Contains(profiles, []byte(`"policy":"bestfit"`)) {
 		t.Fatalf("the shipped profile sets no bestfit policy: %s", profiles)
 	}
@@ -51,7 +39,8 @@ func TestDRAScoredPacking(t *testing.T) {
 	round := func(policy string) map[string]int {
 		t.Helper()
 		prof := bytes.ReplaceAll(profiles, []byte(`"policy":"bestfit"`), []byte(`"policy":"`+policy+`"`))
-		if err := c.StartScheduler(t.Context(), cluster.SchedulerConfig{ClientQPS: 500, ClientBurst: 1000, Binary: bin, Profiles: prof}); err != nil {
+		cfg.Profiles = prof
+		if err := c.StartScheduler(t.Context(), cfg); err != nil {
 			t.Fatal(err)
 		}
 		var names []string

@@ -24,6 +24,16 @@ import (
 // still runs, uncalled, so the tests read its /inspect view of what the plugin placed.
 func startPluginSystem(t testing.TB) *systemBed {
 	t.Helper()
+	cfg, dir := pluginScheduler(t)
+	return startSystemWith(t, func(string) cluster.SchedulerConfig { return cfg },
+		func(c *cluster.Cluster) { grantPluginRole(t, c, dir) })
+}
+
+// pluginScheduler builds gpushare-scheduler and returns its configuration on the bed (the shipped
+// profile of manifests/scheduler-plugin under the default scheduler's name, client QPS 500) and
+// the manifests' folder, for grantPluginRole.
+func pluginScheduler(t testing.TB) (cluster.SchedulerConfig, string) {
+	t.Helper()
 	bin, err := cluster.BuildGPUShareScheduler(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -32,14 +42,11 @@ func startPluginSystem(t testing.TB) *systemBed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The shipped profile (manifests/scheduler-plugin), under the default scheduler's name.
 	profiles, err := manifests.PluginSchedulerProfiles(dir, corev1.DefaultSchedulerName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startSystemWith(t, func(string) cluster.SchedulerConfig {
-		return cluster.SchedulerConfig{ClientQPS: 500, ClientBurst: 1000, Binary: bin, Profiles: profiles}
-	}, func(c *cluster.Cluster) { grantPluginRole(t, c, dir) })
+	return cluster.SchedulerConfig{ClientQPS: 500, ClientBurst: 1000, Binary: bin, Profiles: profiles}, dir
 }
 
 // grantPluginRole gives the bed's scheduler user the one right the shipped manifests add to
