@@ -140,8 +140,14 @@ func Score(devs []Device, c Claim, policy allocator.Policy) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
+	return ScorePredicted(devs, c, set, policy), true
+}
+
+// ScorePredicted is Score for the devices Predict returned, for a caller
+// that keeps the prediction too.
+func ScorePredicted(devs []Device, c Claim, set [][]int, policy allocator.Policy) int64 {
 	if policy == allocator.FirstFit {
-		return MaxScore, true
+		return MaxScore
 	}
 	added := map[int]int64{}
 	for k, positions := range set {
@@ -157,17 +163,17 @@ func Score(devs []Device, c Claim, policy allocator.Policy) (int64, bool) {
 		domains[devs[i].Domain] = true
 	}
 	if size <= 0 {
-		return 0, true
+		return 0
 	}
 	full := min(used, size) * MaxScore / size
 	if policy == allocator.Spread {
 		full = MaxScore - full
 	}
 	if len(added) < 2 {
-		return full, true
+		return full
 	}
 	if len(domains) == 1 && !domains[""] {
-		return MaxScore/2 + full/2, true
+		return MaxScore/2 + full/2
 	}
-	return full / 2, true
+	return full / 2
 }

@@ -131,8 +131,8 @@ func claimOf(spec resourceapi.DeviceClaim) (Claim, bool) {
 		}
 		out.Requests = append(out.Requests, req)
 	}
-	uuid := resourceapi.FullyQualifiedName(gpushare.DRADriverName + "/" + gpushare.DRAAttributeUUID)
-	domain := resourceapi.FullyQualifiedName(gpushare.DRADriverName + "/" + gpushare.DRAAttributeNVLinkDomain)
+	uuid := resourceapi.FullyQualifiedName(gpushare.DRAQualifiedAttribute(gpushare.DRAAttributeUUID))
+	domain := resourceapi.FullyQualifiedName(gpushare.DRAQualifiedAttribute(gpushare.DRAAttributeNVLinkDomain))
 	for _, c := range spec.Constraints {
 		scope := c.Requests
 		if len(scope) == 0 {

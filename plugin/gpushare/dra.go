@@ -95,3 +95,7 @@ const (
 func DRAIsolationSelector(tier Isolation) string {
 	return `device.attributes["` + DRADriverName + `"].` + DRAAttributeIsolation + ` == "` + string(tier) + `"`
 }
+
+// DRAQualifiedAttribute is one of the driver's attributes by its fully
+// qualified name, as claims' constraints name it ("gpu-mem.gpushare.io/uuid").
+func DRAQualifiedAttribute(name string) string { return DRADriverName + "/" + name }

@@ -168,7 +168,7 @@ func Request(i int) string { return gpushare.DRARequestPrefix + strconv.Itoa(i) 
 // claim in one domain.
 func (s Shape) Template(namespace string) *resourceapi.ResourceClaimTemplate {
 	attr := func(name string) *resourceapi.FullyQualifiedName {
-		return ptr.To(resourceapi.FullyQualifiedName(gpushare.DRADriverName + "/" + name))
+		return ptr.To(resourceapi.FullyQualifiedName(gpushare.DRAQualifiedAttribute(name)))
 	}
 	var claim resourceapi.DeviceClaim
 	for i, mib := range s.MiB {

@@ -77,23 +77,25 @@ type cachedSlice struct {
 
 // reader refreshes the cache to the slices listed now and returns how to
 // read a node's slices as devices with what the allocated state consumes.
+// The map is built anew only when the listed slices changed, and never
+// written after: the reader reads it without the lock.
 func (c *sliceCache) reader(byNode map[string][]*resourceapi.ResourceSlice) func([]*resourceapi.ResourceSlice, *structured.AllocatedState) []drascore.Device {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	next := make(map[*resourceapi.ResourceSlice]cachedSlice, len(c.m))
-	for _, ss := range byNode {
-		for _, s := range ss {
-			e, ok := c.m[s]
-			if !ok {
-				e.devs = drascore.SliceDevices(s)
-				for _, d := range e.devs {
-					e.ids = append(e.ids, structured.MakeDeviceID(gpushare.DRADriverName, d.Pool, d.Name))
+	if !c.holdsExactly(byNode) {
+		next := make(map[*resourceapi.ResourceSlice]cachedSlice, len(c.m))
+		for _, ss := range byNode {
+			for _, s := range ss {
+				e, ok := c.m[s]
+				if !ok {
+					e = readSlice(s)
 				}
+				next[s] = e
 			}
-			next[s] = e
 		}
+		c.m = next
 	}
-	c.m = next
+	next := c.m
 	return func(nodeSlices []*resourceapi.ResourceSlice, state *structured.AllocatedState) []drascore.Device {
 		n := 0
 		for _, s := range nodeSlices {
@@ -109,6 +111,29 @@ func (c *sliceCache) reader(byNode map[string][]*resourceapi.ResourceSlice) func
 		}
 		return out
 	}
+}
+
+// holdsExactly reports whether the cache holds the listed slices and no others.
+func (c *sliceCache) holdsExactly(byNode map[string][]*resourceapi.ResourceSlice) bool {
+	n := 0
+	for _, ss := range byNode {
+		for _, s := range ss {
+			if _, ok := c.m[s]; !ok {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(c.m)
+}
+
+// readSlice reads a slice's devices and their IDs in the allocated state.
+func readSlice(s *resourceapi.ResourceSlice) cachedSlice {
+	e := cachedSlice{devs: drascore.SliceDevices(s)}
+	for _, d := range e.devs {
+		e.ids = append(e.ids, structured.MakeDeviceID(gpushare.DRADriverName, d.Pool, d.Name))
+	}
+	return e
 }
 
 // podClaims are the pod's ResourceClaims as the scheduler's tracker holds

@@ -431,12 +431,12 @@ func (pl *Placer) rank(order []int, claim *resourceapi.ResourceClaim) ([][][]int
 	predicted := make([][][]int, len(pl.nodes))
 	for i, n := range pl.nodes {
 		devs := n.devices()
-		s, fits := drascore.Score(devs, c, allocator.BestFit)
-		if !fits {
-			s = -1
+		set, fits := drascore.Predict(devs, c)
+		score[i] = -1
+		if fits {
+			score[i] = drascore.ScorePredicted(devs, c, set, allocator.BestFit)
 		}
-		score[i] = s
-		predicted[i], _ = drascore.Predict(devs, c)
+		predicted[i] = set
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(score[b], score[a]) })
 	return predicted, nil
