@@ -1077,6 +1077,13 @@ func (b *draBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) *bu
 			pods = append(pods, claimPod(fmt.Sprintf("%s-%02d-%03d", prefix, gib, i), tmpl, ""))
 		}
 	}
+	return b.burst(tb, pods)
+}
+
+// burst creates pods at once, waits until all run, audits the claims against the GPUs, then
+// deletes the pods and waits until their claims are gone.
+func (b *draBed) burst(tb testing.TB, pods []*corev1.Pod) *burstTimes {
+	tb.Helper()
 	rec := watchBurst(tb, b.client, pods, true)
 	times := rec.create(tb, b.client, pods)
 	rec.wait(tb, systemWait)

@@ -48,7 +48,8 @@ var saturateMixes = []struct {
 // second to bound and to Running, create→Running p50 and p99, the p99 of each stage (create→bound:
 // the scheduler and the hold-back; bound→assigned: kubelet admission, Allocate and the plugin's
 // record; assigned→Running: the kubelet starting the containers), and how many filter refusals were
-// hold-backs. Each configuration is one round on a fresh cluster. Run:
+// hold-backs. The DRA mode runs in the four configurations of draBurstModes. Each configuration is
+// one round on a fresh cluster. Run:
 //
 //	go test -tags e2e -run '^$' -bench SaturatingBurst -benchtime 1x -timeout 30m ./test/e2e/
 func BenchmarkSaturatingBurst(b *testing.B) {
@@ -75,20 +76,96 @@ func BenchmarkSaturatingBurst(b *testing.B) {
 			}
 		})
 	}
-	b.Run("mode=dra", func(b *testing.B) {
-		for _, mix := range saturateMixes {
-			b.Run("pods="+mix.name, func(b *testing.B) {
-				bed := startDRABed(b)
-				bed.kubeletAPILimits = true
-				for i := range saturateNodes {
-					bed.addNode(b, fmt.Sprintf("sat-%d", i), "simulated:dgxh100", nil)
-				}
-				for round := range b.N {
-					bed.saturate(b, fmt.Sprintf("r%d", round), mix.sizes).report(b)
-				}
-			})
+	for _, mode := range draBurstModes {
+		b.Run("mode="+mode.name, func(b *testing.B) {
+			for _, mix := range saturateMixes {
+				b.Run("pods="+mix.name, func(b *testing.B) {
+					bed := startDRABurstBed(b, mode.scored, mode.kcmAtSchedulerQPS)
+					for i := range saturateNodes {
+						bed.addNode(b, fmt.Sprintf("sat-%d", i), "simulated:dgxh100", nil)
+					}
+					burst := bed.saturate
+					if mode.webhook {
+						burst = bed.webhookBurst(b)
+					}
+					for round := range b.N {
+						burst(b, fmt.Sprintf("r%d", round), mix.sizes).report(b)
+					}
+				})
+			}
+		})
+	}
+}
+
+// draBurstModes are the saturating burst's DRA configurations, each with kube-scheduler at the
+// device-plugin modes' client limits (QPS 500, burst 1000): pods naming a claim template of their
+// size (dra); gpu-mem pods as written for device-plugin mode, translated by gpushare-webhook
+// (dra-webhook); template pods with kube-controller-manager at the scheduler's client limits
+// instead of its default 20 queries a second (dra-kcm-qps); and those with gpushare-scheduler,
+// whose DRA score rates the nodes for each claim (dra-scored).
+var draBurstModes = []struct {
+	name              string
+	webhook, scored   bool
+	kcmAtSchedulerQPS bool
+}{
+	{name: "dra"},
+	{name: "dra-webhook", webhook: true},
+	{name: "dra-kcm-qps", kcmAtSchedulerQPS: true},
+	{name: "dra-scored", scored: true, kcmAtSchedulerQPS: true},
+}
+
+// startDRABurstBed starts a DRA bed whose kubelets run at the real kubelet's API limits, with
+// kube-scheduler (gpushare-scheduler when scored) at client QPS 500 and kube-controller-manager at
+// its default limits or, with kcmAtSchedulerQPS, at the scheduler's.
+func startDRABurstBed(b *testing.B, scored, kcmAtSchedulerQPS bool) *draBed {
+	b.Helper()
+	sched := cluster.SchedulerConfig{ClientQPS: 500, ClientBurst: 1000}
+	var dir string
+	if scored {
+		sched, dir = pluginScheduler(b)
+	}
+	c := cluster.StartT(b, cluster.Config{NoScheduler: true, NoControllerManager: kcmAtSchedulerQPS})
+	bed := &draBed{c: c, client: c.Client(), nodes: map[string]*draNode{}, claimNS: "default", kubeletAPILimits: true}
+	applyDRAObjects(b, c)
+	if scored {
+		grantPluginRole(b, c, dir)
+	}
+	if kcmAtSchedulerQPS {
+		limits := []string{fmt.Sprintf("--kube-api-qps=%g", sched.ClientQPS), fmt.Sprintf("--kube-api-burst=%d", sched.ClientBurst)}
+		if err := c.StartControllerManager(b.Context(), limits...); err != nil {
+			b.Fatal(err)
 		}
-	})
+	}
+	if err := c.StartScheduler(b.Context(), sched); err != nil {
+		b.Fatal(err)
+	}
+	return bed
+}
+
+// webhookBurst opts the bed's claim namespace in to gpushare-webhook, starts the webhook with its
+// shipped RBAC and configuration, and returns a burst of gpu-mem pods as written for device-plugin
+// mode (units per pod: pods), which the webhook translates into claims.
+func (b *draBed) webhookBurst(tb testing.TB) func(testing.TB, string, map[int64]int) *burstTimes {
+	tb.Helper()
+	ns, err := b.client.CoreV1().Namespaces().Get(tb.Context(), b.claimNS, metav1.GetOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	metav1.SetMetaDataLabel(&ns.ObjectMeta, gpushare.LabelNamespaceDRA, gpushare.LabelValueDRA)
+	if _, err := b.client.CoreV1().Namespaces().Update(tb.Context(), ns, metav1.UpdateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	web := startWebhook(tb, b.c, slices.Min(slices.Collect(maps.Keys(b.nodes))))
+	web.waitServing(tb, b.c, b.claimNS)
+	return func(tb testing.TB, prefix string, sizes map[int64]int) *burstTimes {
+		var pods []*corev1.Pod
+		for _, units := range slices.Sorted(maps.Keys(sizes)) {
+			for i := range sizes[units] {
+				pods = append(pods, sysPod{name: fmt.Sprintf("%s-%02d-%03d", prefix, units, i), sizes: []int64{units}}.object())
+			}
+		}
+		return b.burst(tb, pods)
+	}
 }
 
 // burstTimes is when each pod of a burst was created, bound, assigned by the plugin and Running.

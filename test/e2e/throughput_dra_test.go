@@ -55,7 +55,7 @@ func setupDRAThroughput(b *testing.B, c *cluster.Cluster, nodes []cluster.NodeSp
 		b.Fatal(err)
 	}
 	d := &draThroughput{c: c, template: shape.Name(), web: startWebhook(b, c, nodes[0].Name)}
-	d.web.waitServing(b, c)
+	d.web.waitServing(b, c, throughputDRANamespace)
 	d.web.prog.Stop(10 * time.Second)
 	return d
 }
@@ -114,7 +114,7 @@ func (d *draThroughput) rounds(b *testing.B, cfg, scored cluster.SchedulerConfig
 	if err := d.web.prog.Start(); err != nil {
 		b.Fatal(err)
 	}
-	d.web.waitServing(b, d.c)
+	d.web.waitServing(b, d.c, throughputDRANamespace)
 	b.StartTimer()
 	rate, perPod = burstRateOf(b, d.c, cfg, fmt.Sprintf("web-%d", i), webhookPodOf, draProfileWindow)
 	record("dra-webhook", rate, perPod)
@@ -160,16 +160,17 @@ func (d *draThroughput) waitClaimsGone(b *testing.B, ns string) {
 	}
 }
 
-// waitServing waits until the webhook admits a gpu-mem pod (a dry run: nothing is made), so a
-// round starts with it answering.
-func (w *draWebhook) waitServing(t testing.TB, c *cluster.Cluster) {
+// waitServing waits until the webhook admits a gpu-mem pod in ns (a dry run: nothing is made), so
+// a round starts with it answering.
+func (w *draWebhook) waitServing(t testing.TB, c *cluster.Cluster, ns string) {
 	t.Helper()
-	probe := webhookPodOf("probe")
+	probe := throughputPod("probe")
+	probe.Namespace = ns
 	if err := cluster.Poll(context.Background(), time.Minute, "the webhook serving", func(ctx context.Context) (bool, error) {
 		if !w.prog.Running() {
 			return false, fmt.Errorf("the webhook exited:\n%s", w.prog.LogTail(20))
 		}
-		_, err := c.Client().CoreV1().Pods(throughputDRANamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := c.Client().CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil, nil
 	}); err != nil {
 		t.Fatal(err)
