@@ -169,10 +169,18 @@ func pluginClient(t *testing.T, c *cluster.Cluster, node string) kubernetes.Inte
 
 func kubeconfigClient(t testing.TB, path string) kubernetes.Interface {
 	t.Helper()
+	return kubeconfigClientWithLimits(t, path, 0, 0)
+}
+
+// kubeconfigClientWithLimits is kubeconfigClient at qps queries a second, burst above it (zero:
+// client-go's defaults, 5 and 10).
+func kubeconfigClientWithLimits(t testing.TB, path string, qps float32, burst int) kubernetes.Interface {
+	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.QPS, cfg.Burst = qps, burst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ import (
 	"github.com/gpushare/gpushare/plugin/dra/store"
 	"github.com/gpushare/gpushare/plugin/gpushare"
 	"github.com/gpushare/gpushare/plugin/isolation"
+	"github.com/gpushare/gpushare/plugin/manager"
 	"github.com/gpushare/gpushare/plugin/mps"
 	"github.com/gpushare/gpushare/plugin/nvml"
 	"github.com/gpushare/gpushare/test/cluster"
@@ -186,14 +187,16 @@ func applyDRAObjectsOf(t testing.TB, c *cluster.Cluster, overlay string) {
 }
 
 // driverClient is the DRA driver's API client on node as its DaemonSet pod has it: a token of its
-// ServiceAccount bound to a pod on node, under the shipped RBAC and policy.
+// ServiceAccount bound to a pod on node, under the shipped RBAC and policy, at the client limits
+// the binary ships with (--kube-api-qps 50, burst 100). At client-go's default 5 queries a second
+// the kubelet plugin helper's read of each claim held every Prepare of a burst in line.
 func driverClient(t testing.TB, c *cluster.Cluster, node string) kubernetes.Interface {
 	t.Helper()
 	path, err := c.PodTokenKubeconfig(t.Context(), "kube-system", draServiceAccount, draServiceAccount+"-"+node, node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kubeconfigClient(t, path)
+	return kubeconfigClientWithLimits(t, path, manager.DefaultKubeAPIQPS, manager.DefaultKubeAPIBurst)
 }
 
 // draBed is a cluster with the real scheduler and controller manager, the DeviceClass, and DRA
