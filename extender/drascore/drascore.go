@@ -56,6 +56,10 @@ type Claim struct {
 	// OneDomain keeps every GPU in one NVLink domain (matchAttribute on
 	// the domain).
 	OneDomain bool
+	// PreferDomain asks for OneDomain first and, where that does not fit,
+	// for any GPUs (a request of two alternatives, the webhook's form for
+	// topology preferred).
+	PreferDomain bool
 }
 
 // Predict returns the positions in devs of the devices the allocator takes
@@ -63,8 +67,16 @@ type Claim struct {
 // searches depth first in device order: each request takes the first
 // devices with room, distinct within the request, and a device may serve
 // several requests while its memory lasts; with OneDomain, the first domain
-// (by its first device) where the whole claim fits.
+// (by its first device) where the whole claim fits; with PreferDomain, that
+// where some domain fits, else as without it.
 func Predict(devs []Device, c Claim) ([][]int, bool) {
+	if c.PreferDomain {
+		linked := c
+		linked.OneDomain, linked.PreferDomain = true, false
+		if set, ok := Predict(devs, linked); ok {
+			return set, true
+		}
+	}
 	if !c.OneDomain {
 		return predictIn(devs, c, "")
 	}

@@ -53,6 +53,8 @@ func TestPredict(t *testing.T) {
 		{"one GPU for every request", gpus(60, 0), Claim{Requests: []Request{{Bytes: 10 * gib, Count: 1}, {Bytes: 20 * gib, Count: 1}}, OneGPU: true}, [][]int{{1}, {1}}},
 		{"one domain: the first where all fit", gpus(0, 79, 0, 0), Claim{Requests: []Request{{Bytes: 8 * gib, Count: 2}}, OneDomain: true}, [][]int{{2, 3}}},
 		{"without the domain rule, across domains", gpus(0, 79, 0, 0), Claim{Requests: []Request{{Bytes: 8 * gib, Count: 2}}}, [][]int{{0, 2}}},
+		{"preferred domain: the first where all fit", gpus(0, 79, 0, 0), Claim{Requests: []Request{{Bytes: 8 * gib, Count: 2}}, PreferDomain: true}, [][]int{{2, 3}}},
+		{"preferred domain where none fits: any GPUs", gpus(0, 79, 79, 0), Claim{Requests: []Request{{Bytes: 8 * gib, Count: 2}}, PreferDomain: true}, [][]int{{0, 3}}},
 		{"does not fit", gpus(75, 75), one(8), nil},
 		{"not enough GPUs", gpus(0, 0), Claim{Requests: []Request{{Bytes: gib, Count: 3}}}, nil},
 	}
@@ -118,6 +120,8 @@ func TestClaimOfReadsTheWebhooksTemplates(t *testing.T) {
 		{translate.Shape{MiB: []uint64{8192}, Count: 4}, Claim{Requests: []Request{{Bytes: 8 * gib, Count: 4, Tier: gpushare.IsolationAny}}}},
 		{translate.Shape{MiB: []uint64{8192, 512}, Count: 2, NVLink: true, Isolation: gpushare.IsolationHAMiCore},
 			Claim{Requests: []Request{{Bytes: 8 * gib, Count: 2, Tier: gpushare.IsolationHAMiCore}, {Bytes: 512 << 20, Count: 2, Tier: gpushare.IsolationHAMiCore}}, OneDomain: true}},
+		{translate.Shape{MiB: []uint64{8192}, Count: 4, PreferNVLink: true, Isolation: gpushare.IsolationNone},
+			Claim{Requests: []Request{{Bytes: 8 * gib, Count: 4, Tier: gpushare.IsolationNone}}, PreferDomain: true}},
 	}
 	for _, tc := range cases {
 		tmpl := tc.shape.Template("ns")
@@ -129,7 +133,7 @@ func TestClaimOfReadsTheWebhooksTemplates(t *testing.T) {
 }
 
 func equalClaims(a, b Claim) bool {
-	return a.OneGPU == b.OneGPU && a.OneDomain == b.OneDomain && slices.Equal(a.Requests, b.Requests)
+	return a.OneGPU == b.OneGPU && a.OneDomain == b.OneDomain && a.PreferDomain == b.PreferDomain && slices.Equal(a.Requests, b.Requests)
 }
 
 // TestClaimOfLeavesOthersUnscored: forms Predict does not model are not
@@ -157,6 +161,25 @@ func TestClaimOfLeavesOthersUnscored(t *testing.T) {
 			c.Spec.Devices.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{{Operator: resourceapi.DeviceTolerationOpExists}}
 		},
 		"allocated already": func(c *resourceapi.ResourceClaim) { c.Status.Allocation = &resourceapi.AllocationResult{} },
+	}
+	preferred := func(c *resourceapi.ResourceClaim) {
+		c.Spec = translate.Shape{MiB: []uint64{4096}, Count: 2, PreferNVLink: true}.Template("ns").Spec.Spec
+	}
+	for name, mutate := range map[string]func(*resourceapi.ResourceClaim){
+		"alternatives in the other order": func(c *resourceapi.ResourceClaim) {
+			subs := c.Spec.Devices.Requests[0].FirstAvailable
+			subs[0], subs[1] = subs[1], subs[0]
+		},
+		"alternatives that differ": func(c *resourceapi.ResourceClaim) { c.Spec.Devices.Requests[0].FirstAvailable[1].Count = 1 },
+		"the domain constraint on both": func(c *resourceapi.ResourceClaim) {
+			c.Spec.Devices.Constraints[1].Requests = []string{"gpu-0"}
+		},
+		"alternatives beside another request": func(c *resourceapi.ResourceClaim) {
+			c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, base().Spec.Devices.Requests[0])
+			c.Spec.Devices.Requests[1].Name = "gpu-1"
+		},
+	} {
+		cases["preferred, "+name] = func(c *resourceapi.ResourceClaim) { preferred(c); mutate(c) }
 	}
 	if _, ok := ClaimOf([]*resourceapi.ResourceClaim{base()}); !ok {
 		t.Fatal("the base claim is not read")

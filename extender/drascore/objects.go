@@ -94,9 +94,10 @@ func repels(taints []resourceapi.DeviceTaint) bool {
 
 // ClaimOf reads what a pod's unallocated claims ask of the driver. It is
 // false when they ask nothing of it, or ask in a form Predict does not model
-// (another device class beside ours, a list of alternatives, all devices,
-// a selector other than a tier's, a constraint other than the webhook's,
-// constraints across several claims): such a pod is not scored.
+// (another device class beside ours, alternatives other than the webhook's
+// preferred NVLink, all devices, a selector other than a tier's, a
+// constraint other than the webhook's, constraints across several claims):
+// such a pod is not scored.
 func ClaimOf(claims []*resourceapi.ResourceClaim) (Claim, bool) {
 	var out Claim
 	n := 0
@@ -112,9 +113,9 @@ func ClaimOf(claims []*resourceapi.ResourceClaim) (Claim, bool) {
 			n++
 		}
 		out.Requests = append(out.Requests, c.Requests...)
-		out.OneGPU, out.OneDomain = out.OneGPU || c.OneGPU, out.OneDomain || c.OneDomain
+		out.OneGPU, out.OneDomain, out.PreferDomain = out.OneGPU || c.OneGPU, out.OneDomain || c.OneDomain, out.PreferDomain || c.PreferDomain
 	}
-	if len(out.Requests) == 0 || (n > 1 && (out.OneGPU || out.OneDomain)) {
+	if len(out.Requests) == 0 || (n > 1 && (out.OneGPU || out.OneDomain || out.PreferDomain)) {
 		return Claim{}, false
 	}
 	return out, true
@@ -124,10 +125,14 @@ func ClaimOf(claims []*resourceapi.ResourceClaim) (Claim, bool) {
 func claimOf(spec resourceapi.DeviceClaim) (Claim, bool) {
 	var out Claim
 	distinct := map[string]bool{}
+	linked := "" // the linked alternative of the one request that has alternatives
 	for _, r := range spec.Requests {
-		req, ok := requestOf(r)
-		if !ok {
+		req, alternatives, ok := requestOf(r)
+		if !ok || (alternatives && len(spec.Requests) > 1) {
 			return Claim{}, false
+		}
+		if alternatives {
+			linked = r.Name + "/" + gpushare.DRASubrequestLinked
 		}
 		out.Requests = append(out.Requests, req)
 	}
@@ -147,6 +152,8 @@ func claimOf(spec resourceapi.DeviceClaim) (Claim, bool) {
 			out.OneGPU = true
 		case c.MatchAttribute != nil && *c.MatchAttribute == domain && len(c.Requests) == 0:
 			out.OneDomain = true
+		case c.MatchAttribute != nil && *c.MatchAttribute == domain && linked != "" && slices.Equal(c.Requests, []string{linked}):
+			out.PreferDomain = true
 		default:
 			return Claim{}, false
 		}
@@ -161,10 +168,33 @@ func claimOf(spec resourceapi.DeviceClaim) (Claim, bool) {
 	return out, true
 }
 
-// requestOf reads one request: exactly Count of our devices, with memory.
-func requestOf(r resourceapi.DeviceRequest) (Request, bool) {
-	e := r.Exactly
-	if e == nil || e.DeviceClassName != gpushare.DRADeviceClassName || e.Capacity == nil || len(e.Tolerations) > 0 ||
+// requestOf reads one request: exactly Count of our devices, with memory,
+// or two such alternatives alike but for their names, DRASubrequestLinked
+// then DRASubrequestAny (alternatives true: the webhook's preferred NVLink,
+// whose constraint names the first).
+func requestOf(r resourceapi.DeviceRequest) (req Request, alternatives, ok bool) {
+	if r.Exactly != nil {
+		req, ok = exactOf(r.Exactly)
+		return req, false, ok
+	}
+	subs := r.FirstAvailable
+	if len(subs) != 2 || subs[0].Name != gpushare.DRASubrequestLinked || subs[1].Name != gpushare.DRASubrequestAny {
+		return Request{}, false, false
+	}
+	first, ok := exactOf(exactFields(subs[0]))
+	second, ok2 := exactOf(exactFields(subs[1]))
+	return first, true, ok && ok2 && first == second
+}
+
+// exactFields is an alternative as the request it would be alone.
+func exactFields(s resourceapi.DeviceSubRequest) *resourceapi.ExactDeviceRequest {
+	return &resourceapi.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Selectors: s.Selectors,
+		AllocationMode: s.AllocationMode, Count: s.Count, Tolerations: s.Tolerations, Capacity: s.Capacity}
+}
+
+// exactOf reads exactly Count of our devices, with memory.
+func exactOf(e *resourceapi.ExactDeviceRequest) (Request, bool) {
+	if e.DeviceClassName != gpushare.DRADeviceClassName || e.Capacity == nil || len(e.Tolerations) > 0 ||
 		(e.AdminAccess != nil && *e.AdminAccess) ||
 		(e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount) {
 		return Request{}, false

@@ -83,6 +83,11 @@ const (
 	// DRARequestPrefix names a template's requests: one per container
 	// share, DRARequestPrefix + its position ("gpu-0", "gpu-1").
 	DRARequestPrefix = "gpu-"
+	// DRASubrequestLinked and DRASubrequestAny are the alternatives of a
+	// multi-GPU request whose topology is preferred: every GPU in one NVLink
+	// domain first, then any GPUs ("gpu-0/linked", "gpu-0/any").
+	DRASubrequestLinked = "linked"
+	DRASubrequestAny    = "any"
 	// LabelManagedBy=ManagedByWebhook marks the templates the webhook made
 	// and may delete once no pod uses them.
 	LabelManagedBy   = "app.kubernetes.io/managed-by"

@@ -166,7 +166,7 @@ func TestDRAWebhook(t *testing.T) {
 		t.Errorf("a pod in a namespace not opted in was changed: limits %v, claims %+v", untouched.Spec.Containers[0].Resources.Limits, untouched.Spec.ResourceClaims)
 	}
 
-	for _, tmpl := range []string{"gpushare-4gi", "gpushare-3gi-2gi", "gpushare-8gi-x2"} {
+	for _, tmpl := range []string{"gpushare-4gi", "gpushare-3gi-2gi", "gpushare-8gi-x2-nvlinkpref"} {
 		if log := web.prog.LogTail(200); !strings.Contains(log, `"msg":"made claim template","namespace":"gpu-team","template":"`+tmpl+`"`) {
 			t.Errorf("the webhook's log does not say it made %s:\n%s", tmpl, log)
 		}
@@ -178,7 +178,7 @@ func TestDRAWebhook(t *testing.T) {
 	if devs := slices.Compact(slices.Sorted(slices.Values(twoAlloc.devices))); len(devs) != 1 {
 		t.Errorf("pod two's containers are on GPUs %v; want one GPU for the pod, as the extender places it", devs)
 	}
-	pairAlloc := checkWebhookPod(t, b, ns, "pair", "gpushare-8gi-x2", map[string]webhookShare{"c0": {request: "gpu-0", gib: 8, gpus: 2, pod: 16}})
+	pairAlloc := checkWebhookPod(t, b, ns, "pair", "gpushare-8gi-x2-nvlinkpref", map[string]webhookShare{"c0": {request: "gpu-0/" + gpushare.DRASubrequestLinked, gib: 8, gpus: 2, pod: 16}})
 	if devs := slices.Compact(slices.Sorted(slices.Values(pairAlloc.devices))); len(devs) != 2 {
 		t.Errorf("the gpu-count 2 pod got GPUs %v; want two distinct", devs)
 	}
@@ -196,14 +196,14 @@ func TestDRAWebhook(t *testing.T) {
 	}
 	// A template a running pod names, deleted while the webhook is down, is made again when it
 	// starts: its name is its shape.
-	if err := b.client.ResourceV1().ResourceClaimTemplates(ns).Delete(t.Context(), "gpushare-8gi-x2", metav1.DeleteOptions{}); err != nil {
+	if err := b.client.ResourceV1().ResourceClaimTemplates(ns).Delete(t.Context(), "gpushare-8gi-x2-nvlinkpref", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := web.prog.Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "the deleted template made again", func() (bool, string) {
-		_, err := b.client.ResourceV1().ResourceClaimTemplates(ns).Get(t.Context(), "gpushare-8gi-x2", metav1.GetOptions{})
+		_, err := b.client.ResourceV1().ResourceClaimTemplates(ns).Get(t.Context(), "gpushare-8gi-x2-nvlinkpref", metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
 	// Deleting the pods that name gpushare-4gi: the template goes after the 3 s grace.

@@ -69,9 +69,10 @@
 //   - Bind: the pod holds its allocation result (devices, consumed memory,
 //     share IDs) until it departs, when it is removed from the node's state.
 //   - The workloads' multi-GPU pods ask for the default topology,
-//     preferred, which the webhook translates without a constraint on
-//     links; "dra/nvlink" (multi-GPU workloads) replays them as topology
-//     "required": matchAttribute on the NVLink domain.
+//     preferred, which the webhook translates as two alternatives, the GPUs
+//     of one NVLink domain, then any; "dra/nvlink" (multi-GPU workloads)
+//     replays them as topology "required": matchAttribute on the NVLink
+//     domain.
 //
 // Everything here is pure: no files, no clocks, no package-level state. The
 // program in cmd/packbench reads and writes the files and draws the plots.

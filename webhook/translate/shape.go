@@ -30,6 +30,10 @@ type Shape struct {
 	Count int
 	// NVLink asks for every GPU of the claim in one NVLink domain (Count > 1).
 	NVLink bool
+	// PreferNVLink asks the allocator for the GPUs in one NVLink domain
+	// where a node has such a set free, and for any GPUs where it has not:
+	// topology preferred, for one request of Count > 1 without NVLink.
+	PreferNVLink bool
 	// Isolation is the tier the GPUs must offer; any (or "") selects none.
 	Isolation gpushare.Isolation
 	// ComputePercent is the compute share of each request, 0 for none.
@@ -45,8 +49,8 @@ var tierTokens = map[gpushare.Isolation]string{
 }
 
 // Name is the template's name: the prefix, each request's memory per GPU
-// ("4gi", "512mi"), then "x<count>", "nvlink", the tier and "c<percent>"
-// where they apply: gpushare-4gi-2gi-x2-nvlink-mps-c30.
+// ("4gi", "512mi"), then "x<count>", "nvlink" or "nvlinkpref", the tier
+// and "c<percent>" where they apply: gpushare-4gi-2gi-x2-nvlink-mps-c30.
 func (s Shape) Name() string {
 	parts := []string{strings.TrimSuffix(gpushare.DRATemplatePrefix, "-")}
 	for _, m := range s.MiB {
@@ -61,6 +65,9 @@ func (s Shape) Name() string {
 	}
 	if s.NVLink {
 		parts = append(parts, "nvlink")
+	}
+	if s.PreferNVLink {
+		parts = append(parts, "nvlinkpref")
 	}
 	if t, ok := tierTokens[s.Isolation]; ok {
 		parts = append(parts, t)
@@ -105,6 +112,8 @@ func (s *Shape) read(tok string) error {
 	switch {
 	case tok == "nvlink":
 		s.NVLink = true
+	case tok == "nvlinkpref":
+		s.PreferNVLink = true
 	case strings.HasSuffix(tok, "gi") || strings.HasSuffix(tok, "mi"):
 		n, err := strconv.ParseUint(tok[:len(tok)-2], 10, 32)
 		if err != nil || n == 0 {
@@ -141,6 +150,8 @@ func (s Shape) Valid() error {
 		return fmt.Errorf("count %d is not within 1-%d", s.Count, gpushare.MaxGPUsPerNode)
 	case s.NVLink && s.Count == 1:
 		return errors.New("nvlink needs a count above 1")
+	case s.PreferNVLink && (s.Count == 1 || s.NVLink || len(s.MiB) != 1):
+		return errors.New("nvlinkpref needs one request, a count above 1 and no nvlink")
 	case s.ComputePercent < 0 || s.ComputePercent > 100:
 		return fmt.Errorf("compute share %d is not within 0-100", s.ComputePercent)
 	case s.ComputePercent > 0 && s.Isolation == gpushare.IsolationNone:
@@ -165,7 +176,9 @@ func Request(i int) string { return gpushare.DRARequestPrefix + strconv.Itoa(i) 
 // memory on Count GPUs. A single-GPU claim keeps all its requests on one
 // GPU (matchAttribute uuid), as the extender puts a pod on one GPU; a
 // multi-GPU request spans distinct GPUs, and NVLink keeps every GPU of the
-// claim in one domain.
+// claim in one domain. PreferNVLink makes the request a list of two
+// alternatives, the allocator taking the first that fits on a node: its
+// GPUs in one domain (DRASubrequestLinked), else any (DRASubrequestAny).
 func (s Shape) Template(namespace string) *resourceapi.ResourceClaimTemplate {
 	attr := func(name string) *resourceapi.FullyQualifiedName {
 		return ptr.To(resourceapi.FullyQualifiedName(gpushare.DRAQualifiedAttribute(name)))
@@ -183,6 +196,9 @@ func (s Shape) Template(namespace string) *resourceapi.ResourceClaimTemplate {
 		claim.Constraints = append(claim.Constraints, resourceapi.DeviceConstraint{MatchAttribute: attr(gpushare.DRAAttributeUUID)})
 	case s.NVLink:
 		claim.Constraints = append(claim.Constraints, resourceapi.DeviceConstraint{MatchAttribute: attr(gpushare.DRAAttributeNVLinkDomain)})
+	case s.PreferNVLink:
+		claim.Constraints = append(claim.Constraints, resourceapi.DeviceConstraint{
+			Requests: []string{Request(0) + "/" + gpushare.DRASubrequestLinked}, MatchAttribute: attr(gpushare.DRAAttributeNVLinkDomain)})
 	}
 	if s.ComputePercent > 0 {
 		raw := fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"computePercent":%d}`, gpushare.DRAParamsAPIVersion, gpushare.DRAParamsKind, s.ComputePercent)
@@ -196,8 +212,23 @@ func (s Shape) Template(namespace string) *resourceapi.ResourceClaimTemplate {
 	}
 }
 
-// request is one share: mib on each of Count GPUs of the tier asked for.
+// request is one share: mib on each of Count GPUs of the tier asked for;
+// with PreferNVLink, the same asked twice as alternatives.
 func (s Shape) request(name string, mib uint64) resourceapi.DeviceRequest {
+	r := s.exact(mib)
+	if !s.PreferNVLink {
+		return resourceapi.DeviceRequest{Name: name, Exactly: r}
+	}
+	alternative := func(sub string) resourceapi.DeviceSubRequest {
+		return resourceapi.DeviceSubRequest{Name: sub, DeviceClassName: r.DeviceClassName, Selectors: r.Selectors,
+			AllocationMode: r.AllocationMode, Count: r.Count, Capacity: r.Capacity}
+	}
+	return resourceapi.DeviceRequest{Name: name, FirstAvailable: []resourceapi.DeviceSubRequest{
+		alternative(gpushare.DRASubrequestLinked), alternative(gpushare.DRASubrequestAny)}}
+}
+
+// exact is one share's request: mib on each of Count GPUs of the tier.
+func (s Shape) exact(mib uint64) *resourceapi.ExactDeviceRequest {
 	r := &resourceapi.ExactDeviceRequest{
 		DeviceClassName: gpushare.DRADeviceClassName,
 		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
@@ -208,5 +239,5 @@ func (s Shape) request(name string, mib uint64) resourceapi.DeviceRequest {
 	if _, ok := tierTokens[s.Isolation]; ok {
 		r.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: gpushare.DRAIsolationSelector(s.Isolation)}}}
 	}
-	return resourceapi.DeviceRequest{Name: name, Exactly: r}
+	return r
 }

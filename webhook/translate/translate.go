@@ -60,6 +60,9 @@ func Translate(pod *corev1.Pod, unit gpushare.Unit) (t Translation, ok bool, err
 		t.add(r, unit.ToMiB(r.Units/uint64(count)))
 	}
 	t.seat(alone, unit, count)
+	// The allocator's alternatives are per request, so the preference is
+	// asked only where one request holds every GPU (docs/dra.md).
+	t.Shape.PreferNVLink = count > 1 && !t.Shape.NVLink && len(t.Shape.MiB) == 1
 	if err := t.Shape.Valid(); err != nil {
 		return Translation{}, false, fmt.Errorf("%w in pod %s: %w", gpushare.ErrInvalidRequest, id, err)
 	}

@@ -68,6 +68,17 @@ func TestTranslate(t *testing.T) {
 			p.Annotations[gpushare.AnnotationComputePercent] = "25"
 			return p
 		}, "gpushare-4gi-x4-nvlink-hami-c25", []Holder{{Index: 0, Request: "gpu-0"}}},
+		{"gpu-count with topology preferred (the default) prefers one NVLink domain", func() *corev1.Pod {
+			p := pod(gpuContainer("a", "16"))
+			p.Labels[gpushare.LabelPodGPUCount] = "2"
+			return p
+		}, "gpushare-8gi-x2-nvlinkpref", []Holder{{Index: 0, Request: "gpu-0"}}},
+		{"the preference needs one request: two containers on two GPUs get none", func() *corev1.Pod {
+			p := pod(gpuContainer("a", "16"), gpuContainer("b", "4"))
+			p.Labels[gpushare.LabelPodGPUCount] = "2"
+			p.Annotations[gpushare.AnnotationTopology] = gpushare.TopologyPreferred
+			return p
+		}, "gpushare-8gi-2gi-x2", []Holder{{Index: 0, Request: "gpu-0"}, {Index: 1, Request: "gpu-1"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,9 +255,45 @@ func TestTemplate(t *testing.T) {
 	var _ resourceapi.DeviceClaim = d
 }
 
+// A preferred NVLink set is one request of two alternatives alike but for
+// their names, the linked one first and alone under the domain constraint,
+// both under the distinct GPUs constraint.
+func TestTemplatePrefersNVLink(t *testing.T) {
+	d := Shape{MiB: []uint64{8192}, Count: 4, PreferNVLink: true, Isolation: gpushare.IsolationMPS}.Template("ns").Spec.Spec.Devices
+	if len(d.Requests) != 1 || d.Requests[0].Exactly != nil || len(d.Requests[0].FirstAvailable) != 2 {
+		t.Fatalf("requests %+v; want one of two alternatives", d.Requests)
+	}
+	linked, anyGPUs := d.Requests[0].FirstAvailable[0], d.Requests[0].FirstAvailable[1]
+	if linked.Name != "linked" || anyGPUs.Name != "any" {
+		t.Errorf("alternatives %q, %q; want linked, then any", linked.Name, anyGPUs.Name)
+	}
+	anyGPUs.Name = linked.Name
+	if !reflect.DeepEqual(linked, anyGPUs) {
+		t.Errorf("the alternatives differ beyond their names: %+v and %+v", linked, anyGPUs)
+	}
+	if q := linked.Capacity.Requests[gpushare.DRACapacityMemory]; q.String() != "8Gi" || linked.Count != 4 ||
+		linked.AllocationMode != resourceapi.DeviceAllocationModeExactCount || len(linked.Selectors) != 1 {
+		t.Errorf("alternative %+v; want 8Gi on each of exactly 4 GPUs of tier mps", linked)
+	}
+	want := []resourceapi.DeviceConstraint{
+		{Requests: []string{"gpu-0"}, DistinctAttribute: ptr.To(resourceapi.FullyQualifiedName("gpu-mem.gpushare.io/uuid"))},
+		{Requests: []string{"gpu-0/linked"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("gpu-mem.gpushare.io/nvlinkDomain"))},
+	}
+	if !reflect.DeepEqual(d.Constraints, want) {
+		t.Errorf("constraints %+v; want %+v", d.Constraints, want)
+	}
+	// The name an earlier webhook gave the shape without alternatives still
+	// parses, so the sweep keeps making it for the pods that name it.
+	old, err := ParseName("gpushare-8gi-x4")
+	if err != nil || old.PreferNVLink || old.Template("ns").Spec.Spec.Devices.Requests[0].Exactly == nil {
+		t.Errorf("ParseName(gpushare-8gi-x4) = %+v, %v; want the shape without alternatives", old, err)
+	}
+}
+
 func TestParseNameRefuses(t *testing.T) {
 	for _, name := range []string{"other-4gi", "gpushare-", "gpushare-4gi-x1", "gpushare-04gi", "gpushare-4gi-nvlink",
-		"gpushare-4gi-none-c20", "gpushare-4gi-c101", "gpushare-4gi-mps-x2", "gpushare-0gi", "gpushare-4gb", "gpushare-4gi-c0"} {
+		"gpushare-4gi-none-c20", "gpushare-4gi-c101", "gpushare-4gi-mps-x2", "gpushare-0gi", "gpushare-4gb", "gpushare-4gi-c0",
+		"gpushare-4gi-nvlinkpref", "gpushare-4gi-x2-nvlink-nvlinkpref", "gpushare-4gi-4gi-x2-nvlinkpref"} {
 		if s, err := ParseName(name); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("ParseName(%q) = %+v, %v; want ErrInvalidName", name, s, err)
 		}
@@ -254,7 +301,7 @@ func TestParseNameRefuses(t *testing.T) {
 }
 
 func FuzzParseName(f *testing.F) {
-	for _, s := range []string{"gpushare-4gi", "gpushare-4gi-512mi-x2-nvlink-mps-c30", "gpushare-1gi-hami"} {
+	for _, s := range []string{"gpushare-4gi", "gpushare-4gi-512mi-x2-nvlink-mps-c30", "gpushare-1gi-hami", "gpushare-8gi-x4-nvlinkpref-none"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {

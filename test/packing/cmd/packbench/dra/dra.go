@@ -98,8 +98,8 @@ func DeviceClass() *resourceapi.DeviceClass {
 // first), and for a workload of multi-GPU pods "dra/nvlink" and
 // "dra/nvlink/scored": every multi-GPU pod translated as topology
 // "required" (matchAttribute on the NVLink domain). The workloads' pods ask
-// for the default, preferred, which the webhook translates without the
-// constraint.
+// for the default, preferred, which the webhook translates as alternatives:
+// the GPUs of one NVLink domain, else any.
 func Runs(s packing.Scenario) []packing.Run {
 	runs := []packing.Run{
 		{Label: "dra", Ties: packing.TieRandom, Placer: New(false)},

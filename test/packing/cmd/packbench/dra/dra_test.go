@@ -246,8 +246,8 @@ func TestNeverOvercommits(t *testing.T) {
 
 // TestMultiGPU: every multi-GPU pod gets distinct GPUs; with the topology
 // required (matchAttribute on the NVLink domain) all of one domain, so the
-// run honours the topology every time; without, the allocator's first fit
-// crosses islands.
+// run honours the topology every time; preferred (the alternatives, one
+// domain then any) crosses islands where a node has no island free.
 func TestMultiGPU(t *testing.T) {
 	for _, nvlink := range []bool{false, true} {
 		res, c := churn(t, islands, packing.MultiGPUMix(), 6, packing.TieRandom, nvlink, false)
@@ -259,7 +259,7 @@ func TestMultiGPU(t *testing.T) {
 			t.Errorf("required topology honoured %d of %d", top.Honoured, top.Placed)
 		}
 		if !nvlink && top.Honoured == top.Placed {
-			t.Errorf("first fit without the constraint honoured every set (%d): the constraint leaked in", top.Placed)
+			t.Errorf("the preferred topology honoured every set (%d): the requirement leaked in", top.Placed)
 		}
 		t.Logf("nvlink %v: %d multi-GPU placements, %d honoured", nvlink, top.Placed, top.Honoured)
 	}
@@ -285,8 +285,9 @@ func TestPrefilterChangesNothing(t *testing.T) {
 
 // TestClaims: the claims are the webhook's: one request of the class with
 // the pod's memory; a multi-GPU pod's request spans count distinct GPUs
-// (distinctAttribute uuid) of GiB/count each, and only the required
-// topology adds matchAttribute on the NVLink domain.
+// (distinctAttribute uuid) of GiB/count each; the required topology adds
+// matchAttribute on the NVLink domain, the preferred one asks for the same
+// GPUs as two alternatives, the first alone under that constraint.
 func TestClaims(t *testing.T) {
 	single, err := Claim(packing.Pod{GiB: 4, Life: 1}, false)
 	if err != nil {
@@ -306,8 +307,23 @@ func TestClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := c.Spec.Devices.Requests
-		if len(r) != 1 || r[0].Exactly.Count != 4 || gib(r[0].Exactly.Capacity.Requests[gpushare.DRACapacityMemory]) != "16Gi" {
+		var asks []resourceapi.ExactDeviceRequest
+		switch {
+		case len(r) != 1:
+		case required && r[0].Exactly != nil:
+			asks = append(asks, *r[0].Exactly)
+		case !required && len(r[0].FirstAvailable) == 2:
+			for _, sub := range r[0].FirstAvailable {
+				asks = append(asks, resourceapi.ExactDeviceRequest{Count: sub.Count, Capacity: sub.Capacity})
+			}
+		}
+		if len(asks) == 0 {
 			t.Errorf("required %v: requests %+v", required, r)
+		}
+		for _, a := range asks {
+			if a.Count != 4 || gib(a.Capacity.Requests[gpushare.DRACapacityMemory]) != "16Gi" {
+				t.Errorf("required %v: requests %+v", required, r)
+			}
 		}
 		var distinct, match []resourceapi.FullyQualifiedName
 		for _, k := range c.Spec.Devices.Constraints {
@@ -316,16 +332,15 @@ func TestClaims(t *testing.T) {
 			}
 			if k.MatchAttribute != nil {
 				match = append(match, *k.MatchAttribute)
+				if !required && !reflect.DeepEqual(k.Requests, []string{"gpu-0/linked"}) {
+					t.Errorf("preferred: the NVLink constraint applies to %v, want the linked alternative only", k.Requests)
+				}
 			}
 		}
 		if !reflect.DeepEqual(distinct, []resourceapi.FullyQualifiedName{attr(gpushare.DRAAttributeUUID)}) {
 			t.Errorf("required %v: distinct %v", required, distinct)
 		}
-		var want []resourceapi.FullyQualifiedName
-		if required {
-			want = append(want, attr(gpushare.DRAAttributeNVLinkDomain))
-		}
-		if !reflect.DeepEqual(match, want) {
+		if want := []resourceapi.FullyQualifiedName{attr(gpushare.DRAAttributeNVLinkDomain)}; !reflect.DeepEqual(match, want) {
 			t.Errorf("required %v: match %v, want %v", required, match, want)
 		}
 	}
