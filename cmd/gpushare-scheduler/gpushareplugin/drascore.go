@@ -47,8 +47,7 @@ func (p *Plugin) scoreDRA(pod *corev1.Pod, nodes []fwk.NodeInfo) (draScores, boo
 	if err != nil {
 		return nil, false
 	}
-	byNode := drascore.ByNode(all)
-	read := p.slices.reader(byNode)
+	byNode, read := p.slices.reader(all)
 	out := make(draScores, len(nodes))
 	for _, n := range nodes {
 		name := n.Node().Name
@@ -60,14 +59,17 @@ func (p *Plugin) scoreDRA(pod *corev1.Pod, nodes []fwk.NodeInfo) (draScores, boo
 }
 
 // sliceCache keeps each of the driver's ResourceSlices read as devices,
-// with their IDs in kube-scheduler's allocated state: reading every
-// node's slice again for each pod was most of the DRA score's cost
-// (BenchmarkScoreDRA). A changed slice is a new object, so an entry is
-// keyed by the object and never stale; entries of slices no longer listed
-// are dropped at the next read.
+// with their IDs in kube-scheduler's allocated state, and the slices
+// grouped by node: reading and grouping every node's slices again for each
+// pod was most of the DRA score's cost (BenchmarkScoreDRA). A changed slice
+// is a new object, so the cache is keyed by the objects listed and never
+// stale; a list that differs rebuilds the grouping, reading only the slices
+// it does not hold yet.
 type sliceCache struct {
-	mu sync.Mutex
-	m  map[*resourceapi.ResourceSlice]cachedSlice
+	mu     sync.Mutex
+	listed map[*resourceapi.ResourceSlice]bool     // every slice of the last list, any driver's
+	byNode map[string][]*resourceapi.ResourceSlice // ours, drascore.ByNode of that list
+	m      map[*resourceapi.ResourceSlice]cachedSlice
 }
 
 type cachedSlice struct {
@@ -75,56 +77,64 @@ type cachedSlice struct {
 	ids  []structured.DeviceID
 }
 
-// reader refreshes the cache to the slices listed now and returns how to
-// read a node's slices as devices with what the allocated state consumes.
-// The map is built anew only when the listed slices changed, and never
-// written after: the reader reads it without the lock.
-func (c *sliceCache) reader(byNode map[string][]*resourceapi.ResourceSlice) func([]*resourceapi.ResourceSlice, *structured.AllocatedState) []drascore.Device {
+// reader refreshes the cache to the slices listed now and returns ours by
+// node and how to read a node's slices as devices with what the allocated
+// state consumes. The maps are built anew only when the list changed, and
+// never written after: the caller reads them without the lock. The devices
+// read are valid until the next read of the same reader.
+func (c *sliceCache) reader(all []*resourceapi.ResourceSlice) (map[string][]*resourceapi.ResourceSlice, func([]*resourceapi.ResourceSlice, *structured.AllocatedState) []drascore.Device) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.holdsExactly(byNode) {
-		next := make(map[*resourceapi.ResourceSlice]cachedSlice, len(c.m))
-		for _, ss := range byNode {
-			for _, s := range ss {
-				e, ok := c.m[s]
-				if !ok {
-					e = readSlice(s)
-				}
-				next[s] = e
-			}
-		}
-		c.m = next
+	if !c.holdsExactly(all) {
+		c.rebuild(all)
 	}
-	next := c.m
-	return func(nodeSlices []*resourceapi.ResourceSlice, state *structured.AllocatedState) []drascore.Device {
-		n := 0
+	m := c.m
+	var buf []drascore.Device
+	return c.byNode, func(nodeSlices []*resourceapi.ResourceSlice, state *structured.AllocatedState) []drascore.Device {
+		buf = buf[:0]
 		for _, s := range nodeSlices {
-			n += len(next[s].devs)
-		}
-		out := make([]drascore.Device, 0, n)
-		for _, s := range nodeSlices {
-			e := next[s]
+			e := m[s]
 			for i, d := range e.devs {
 				d.Consumed = consumedOf(state, e.ids[i])
-				out = append(out, d)
+				buf = append(buf, d)
 			}
 		}
-		return out
+		return buf
 	}
 }
 
-// holdsExactly reports whether the cache holds the listed slices and no others.
-func (c *sliceCache) holdsExactly(byNode map[string][]*resourceapi.ResourceSlice) bool {
-	n := 0
-	for _, ss := range byNode {
-		for _, s := range ss {
-			if _, ok := c.m[s]; !ok {
-				return false
-			}
-			n++
+// holdsExactly reports whether the cache was built from exactly the slices
+// of all.
+func (c *sliceCache) holdsExactly(all []*resourceapi.ResourceSlice) bool {
+	if len(all) != len(c.listed) {
+		return false
+	}
+	for _, s := range all {
+		if !c.listed[s] {
+			return false
 		}
 	}
-	return n == len(c.m)
+	return true
+}
+
+// rebuild groups all by node anew, keeping the slices already read.
+func (c *sliceCache) rebuild(all []*resourceapi.ResourceSlice) {
+	listed := make(map[*resourceapi.ResourceSlice]bool, len(all))
+	for _, s := range all {
+		listed[s] = true
+	}
+	byNode := drascore.ByNode(all)
+	m := make(map[*resourceapi.ResourceSlice]cachedSlice, len(c.m))
+	for _, ss := range byNode {
+		for _, s := range ss {
+			e, ok := c.m[s]
+			if !ok {
+				e = readSlice(s)
+			}
+			m[s] = e
+		}
+	}
+	c.listed, c.byNode, c.m = listed, byNode, m
 }
 
 // readSlice reads a slice's devices and their IDs in the allocated state.

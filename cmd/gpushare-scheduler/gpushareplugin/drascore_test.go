@@ -3,6 +3,7 @@ package gpushareplugin
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"go.uber.org/zap"
@@ -132,6 +133,17 @@ func TestScoreDRAClaims(t *testing.T) {
 	}
 	if len(p.slices.m) != 2 || p.slices.m[small].devs == nil {
 		t.Errorf("the cache holds %d slices, the new one %v", len(p.slices.m), p.slices.m[small].devs)
+	}
+	// The same list again keeps the grouping; another driver's slice beside ours rebuilds it.
+	grouped := reflect.ValueOf(p.slices.byNode).Pointer()
+	if scores(p, pod); reflect.ValueOf(p.slices.byNode).Pointer() != grouped {
+		t.Error("an unchanged list of slices was grouped again")
+	}
+	other := draSlice("empty")
+	other.Name, other.Spec.Driver = "nic", "nic.example.com"
+	dra.slices = append(dra.slices, other)
+	if scores(p, pod); reflect.ValueOf(p.slices.byNode).Pointer() == grouped || len(p.slices.listed) != 3 || len(p.slices.m) != 2 {
+		t.Errorf("a new slice of another driver: listed %d, ours %d; want the list rebuilt, 3 listed, 2 ours", len(p.slices.listed), len(p.slices.m))
 	}
 }
 
