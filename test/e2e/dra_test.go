@@ -1156,3 +1156,28 @@ func (b *draBed) auditPublishedClaims(tb testing.TB) []string {
 	}
 	return missing
 }
+
+// deleteAndWaitClaimsGone deletes the pods of ns and waits until the claims made for them are gone.
+func deleteAndWaitClaimsGone(t *testing.T, b *draBed, ns string, pods ...string) {
+	t.Helper()
+	for _, p := range pods {
+		if err := b.client.CoreV1().Pods(ns).Delete(t.Context(), p, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 2*waitLong, "the pods' claims to be deleted", func() (bool, string) {
+		l, err := b.client.ResourceV1().ResourceClaims(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var left []string
+		for _, c := range l.Items {
+			for _, ref := range c.OwnerReferences {
+				if slices.Contains(pods, ref.Name) {
+					left = append(left, c.Name)
+				}
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("claims left: %v", left)
+	})
+}

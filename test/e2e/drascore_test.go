@@ -58,19 +58,8 @@ func TestDRAScoredPacking(t *testing.T) {
 			perNode[p.Spec.NodeName]++
 		}
 		t.Logf("%s: pods per node %v", policy, perNode)
-		for _, n := range names {
-			if err := b.client.CoreV1().Pods(b.claimNS).Delete(t.Context(), n, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
 		// The next round starts on empty GPUs: every claim released and deleted.
-		waitFor(t, 2*waitLong, "the round's claims to be deleted", func() (bool, string) {
-			l, err := b.client.ResourceV1().ResourceClaims(b.claimNS).List(t.Context(), metav1.ListOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			return len(l.Items) == 0, fmt.Sprintf("%d claims left", len(l.Items))
-		})
+		deleteAndWaitClaimsGone(t, b, b.claimNS, names...)
 		return perNode
 	}
 	if got := round("bestfit"); len(got) != 1 {

@@ -158,13 +158,7 @@ func (b *draBed) webhookBurst(tb testing.TB) func(testing.TB, string, map[int64]
 	web := startWebhook(tb, b.c, slices.Min(slices.Collect(maps.Keys(b.nodes))))
 	web.waitServing(tb, b.c, b.claimNS)
 	return func(tb testing.TB, prefix string, sizes map[int64]int) *burstTimes {
-		var pods []*corev1.Pod
-		for _, units := range slices.Sorted(maps.Keys(sizes)) {
-			for i := range sizes[units] {
-				pods = append(pods, sysPod{name: fmt.Sprintf("%s-%02d-%03d", prefix, units, i), sizes: []int64{units}}.object())
-			}
-		}
-		return b.burst(tb, pods)
+		return b.burst(tb, gpuMemBurst(prefix, sizes))
 	}
 }
 
@@ -178,12 +172,7 @@ type burstTimes struct {
 // saturate creates the burst, waits for every pod to run with its record, then deletes it.
 func (b *systemBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) *burstTimes {
 	tb.Helper()
-	var pods []*corev1.Pod
-	for _, units := range slices.Sorted(maps.Keys(sizes)) {
-		for i := range sizes[units] {
-			pods = append(pods, sysPod{name: fmt.Sprintf("%s-%02d-%03d", prefix, units, i), sizes: []int64{units}}.object())
-		}
-	}
+	pods := gpuMemBurst(prefix, sizes)
 	rec := watchBurst(tb, b.client, pods, false)
 	times := rec.create(tb, b.client, pods)
 	rec.wait(tb, systemWait)
@@ -195,6 +184,18 @@ func (b *systemBed) saturate(tb testing.TB, prefix string, sizes map[int64]int) 
 	}
 	b.deleteBurst(tb, pods)
 	return times
+}
+
+// gpuMemBurst is a burst of single-container gpu-mem pods as a user writes them (units per pod:
+// pods), named by prefix, size and number.
+func gpuMemBurst(prefix string, sizes map[int64]int) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for _, units := range slices.Sorted(maps.Keys(sizes)) {
+		for i := range sizes[units] {
+			pods = append(pods, sysPod{name: fmt.Sprintf("%s-%02d-%03d", prefix, units, i), sizes: []int64{units}}.object())
+		}
+	}
+	return pods
 }
 
 // burstRecorder notes, from a watch, the moment each pod of a burst is bound, assigned and Running.
